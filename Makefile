@@ -1,0 +1,49 @@
+# `make demo` and `make test` each create or reuse .venv, install everything, and run.
+# llama-cpp-python compiles llama.cpp. The default native build uses CPU features (AMX) that crash
+# some machines with SIGILL, so it is built with portable flags unless you set CMAKE_ARGS yourself
+# (e.g. CMAKE_ARGS="-DGGML_METAL=on" on a Mac, "-DGGML_CUDA=on" with CUDA). The built wheel is kept
+# in ~/.cache/plookup/wheels/<hash of version and CMAKE_ARGS>, never in pip's cache, whose entries
+# ignore CMAKE_ARGS and would hand a native build back to a portable install.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+LLAMA_CPP_VERSION ?= 0.3.36
+PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+CMAKE_ARGS ?= $(PORTABLE_CMAKE_ARGS)
+export CMAKE_ARGS
+WHEEL_KEY := $(shell printf '%s %s' '$(LLAMA_CPP_VERSION)' '$(CMAKE_ARGS)' | sha1sum | cut -c1-12)
+WHEEL_DIR := $(HOME)/.cache/plookup/wheels/$(WHEEL_KEY)
+STAMP := $(VENV)/.plookup-installed-$(WHEEL_KEY)
+
+.PHONY: install demo test test-slow bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if ! ls $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
+		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) with CMAKE_ARGS='$(CMAKE_ARGS)' (5-10 min, once)"; \
+		mkdir -p $(WHEEL_DIR) && \
+		$(PY) -m pip wheel --no-cache-dir --no-deps "llama-cpp-python==$(LLAMA_CPP_VERSION)" -w $(WHEEL_DIR); \
+	fi
+	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	$(PY) -m pip install -q -e ".[test,bench]"
+	rm -f $(VENV)/.plookup-installed-*
+	touch $@
+
+demo: install
+	$(PY) examples/demo.py
+
+test: install
+	$(PY) -m pytest -q -m "not slow" tests
+
+test-slow: install
+	$(PY) -m pytest -q tests
+
+bench: install
+	$(VENV)/bin/plookup bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,230 @@
+"""`plookup.Llama`: llama_cpp.Llama whose token generator decodes speculatively.
+
+One step: decode [pending token + draft] in a single ``llama_decode`` with logits at each of those
+positions, then sample position by position with the request's own llama.cpp sampler chain:
+
+    for i, x in enumerate(draft):
+        y = sample(logits[i])          # the target's token at this position
+        emit y
+        if y != x: break               # first disagreement: the rest of the draft is void
+    else:
+        emit sample(logits[len(draft)])  # all accepted: one more token for free
+
+For greedy sampling that is "the longest draft prefix equal to the argmax, plus the target's next
+token". For temperature > 0 it is Leviathan et al.'s rejection rule with a point-mass draft q = δ_x:
+accept x with probability min(1, p(x)/q(x)) = p(x), i.e. exactly when a sample y ~ p equals x; on
+rejection the residual norm(max(0, p - q)) is p restricted to y ≠ x, which is what y already is.
+Sampling sequentially through the chain also means penalties and grammars see verified tokens only.
+
+Rejected draft tokens are removed from the KV cache, so after every step the cache holds exactly
+``input_ids[:n_tokens]``: the prompt and every emitted token except the newest, which is "pending"
+and decoded at the head of the next step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+import warnings
+from typing import Generator, Optional, Sequence
+
+import llama_cpp
+import numpy as np
+
+from .drafters import IndexDrafter, SuffixDrafter
+from .stats import SpecStats
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_MAX_DRAFT = 16
+
+
+def check_gguf(model_path: str) -> None:
+    """Fail early, naming the file, when it is missing or not a GGUF file at all."""
+    try:
+        with open(model_path, "rb") as f:
+            magic = f.read(4)
+    except FileNotFoundError:
+        raise ValueError(f"model file not found: {model_path}") from None
+    except IsADirectoryError:
+        raise ValueError(f"model path is a directory, not a GGUF file: {model_path}") from None
+    if magic != GGUF_MAGIC:
+        raise ValueError(f"not a GGUF file (bad magic {magic!r}): {model_path}")
+
+
+class Llama(llama_cpp.Llama):
+    """A drop-in ``llama_cpp.Llama`` that drafts from its own context and verifies in one batch.
+
+    ``drafter``: a :class:`plookup.SuffixDrafter` (default) or :class:`plookup.NgramDrafter`.
+    ``max_draft``: the most draft tokens verified per step (0 turns drafting off).
+    Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
+    forces ``logits_all=True``, which this decoder does not need.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *args,
+        drafter: Optional[IndexDrafter] = None,
+        max_draft: int = DEFAULT_MAX_DRAFT,
+        **kwargs,
+    ):
+        if not isinstance(max_draft, int) or max_draft < 0:
+            raise ValueError(f"max_draft must be an integer >= 0, got {max_draft!r}")
+        if kwargs.get("draft_model") is not None:
+            raise ValueError(
+                "plookup.Llama drafts by itself: pass drafter=plookup.SuffixDrafter() instead of "
+                "draft_model= (which forces logits_all=True)"
+            )
+        if kwargs.get("swa_full") is False:
+            # A trimmed sliding-window cache cannot roll back rejected draft tokens.
+            warnings.warn("plookup.Llama needs swa_full=True to roll back drafts; using it")
+            kwargs["swa_full"] = True
+        check_gguf(model_path)
+        super().__init__(model_path, *args, **kwargs)
+        self.drafter = drafter if drafter is not None else SuffixDrafter()
+        self.max_draft = max_draft
+        self.last_stats = SpecStats()
+
+    # -- the public entry points keep llama_cpp's signatures; completions gain usage["speculative"]
+
+    def create_completion(self, *args, **kwargs):
+        result = super().create_completion(*args, **kwargs)
+        if isinstance(result, dict):
+            result["usage"]["speculative"] = self.last_stats.as_dict()
+        return result
+
+    def generate(
+        self,
+        tokens: Sequence[int],
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        temp: float = 0.80,
+        repeat_penalty: float = 1.0,
+        reset: bool = True,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        tfs_z: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        penalize_nl: bool = True,
+        logits_processor: Optional[llama_cpp.LogitsProcessorList] = None,
+        stopping_criteria: Optional[llama_cpp.StoppingCriteriaList] = None,
+        grammar: Optional[llama_cpp.LlamaGrammar] = None,
+    ) -> Generator[int, Optional[Sequence[int]], None]:
+        sampling = dict(
+            top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, penalize_nl=penalize_nl,
+        )  # fmt: skip
+        tokens = list(tokens) if reset else [*self._input_ids.tolist(), *tokens]
+        if not tokens:
+            raise ValueError("empty prompt: generation needs at least one token")
+        if len(tokens) > self._n_ctx:
+            raise ValueError(f"prompt of {len(tokens)} tokens exceeds the context window of {self._n_ctx}")
+        self.last_stats = SpecStats()
+        if logits_processor is not None:
+            # A Python logits processor reads self._input_ids at every call, which during a
+            # verify step would include unverified draft tokens: decode plainly instead.
+            warnings.warn("plookup: logits_processor given, decoding without speculation")
+            for token in super().generate(
+                tokens, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+                grammar=grammar, **sampling,
+            ):  # fmt: skip
+                self.last_stats.record_step(0, 0)
+                self.last_stats.generated += 1
+                yield token
+            return
+        yield from self._speculate(tokens, sampling, stopping_criteria, grammar)
+
+    # -- the speculative loop
+
+    def _speculate(self, tokens, sampling, stopping_criteria, grammar):
+        self._mirostat_mu = ctypes.c_float(2.0 * sampling["mirostat_tau"])
+        self._sampler = sampler = self._init_sampler(grammar=grammar, **sampling)
+        self._prefill(tokens[:-1])
+        stats = self.last_stats
+        drafter = self.drafter
+        drafter.sync(tokens)
+        pending = tokens[-1]
+        kept = self.n_tokens  # cache entries that stay valid whatever happens next
+        try:
+            while True:
+                n_past = self.n_tokens
+                room = self._n_ctx - n_past - 1  # draft tokens that fit behind `pending`
+                if room < 0:
+                    return  # context full: the caller reports finish_reason "length"
+                t0 = time.perf_counter()
+                draft = drafter.propose(min(self.max_draft, room, self.n_batch - 1))
+                stats.draft_seconds += time.perf_counter() - t0
+
+                self._decode_all_logits([pending, *draft.tolist()], n_past)
+                emitted, stopped = [], False
+                for i in range(len(draft) + 1):
+                    token = sampler.sample(self._ctx, i)
+                    if stopping_criteria is not None and stopping_criteria(
+                        self.input_ids[: n_past + 1 + i], self._logits_row(i)
+                    ):
+                        stopped = True  # like llama_cpp: the token that tripped it is dropped
+                        break
+                    emitted.append(token)
+                    if i == len(draft) or token != draft[i]:
+                        break
+                accepted = len(emitted) if stopped else len(emitted) - 1
+                self._truncate(n_past + 1 + accepted)  # drop the rejected draft tokens
+                stats.record_step(len(draft), accepted)
+                drafter.observe(len(draft), accepted)
+
+                for i, token in enumerate(emitted):
+                    # The caller may stop at any token; keep only what it has seen decoded.
+                    kept = n_past + 1 + min(i + 1, accepted)
+                    drafter.extend((token,))
+                    stats.generated += 1
+                    yield token
+                if stopped:
+                    return
+                pending = emitted[-1]
+        finally:
+            self._truncate(kept)
+            self._requires_eval = True  # the context's logits belong to a verify batch
+
+    def _prefill(self, prompt: list[int]) -> None:
+        """Make the cache hold exactly `prompt`, reusing the longest cached prefix."""
+        cached = 0
+        for a, b in zip(self._input_ids.tolist(), prompt):
+            if a != b:
+                break
+            cached += 1
+        if not self._ctx.kv_cache_seq_rm(-1, cached, -1):
+            # Recurrent/hybrid memories cannot drop a suffix: start over.
+            self.reset()
+            self._ctx.kv_cache_clear()
+            cached = 0
+        self.n_tokens = cached
+        if cached < len(prompt):
+            self.eval(prompt[cached:])
+
+    def _decode_all_logits(self, batch_tokens: list[int], n_past: int) -> None:
+        """One llama_decode of `batch_tokens` at positions n_past.., logits at every position."""
+        batch = self._batch.batch
+        batch.n_tokens = len(batch_tokens)
+        for i, token in enumerate(batch_tokens):
+            batch.token[i] = token
+            batch.pos[i] = n_past + i
+            batch.seq_id[i][0] = 0
+            batch.n_seq_id[i] = 1
+            batch.logits[i] = True
+        self._ctx.decode(self._batch)
+        self.input_ids[n_past : n_past + len(batch_tokens)] = batch_tokens
+        self.n_tokens = n_past + len(batch_tokens)
+
+    def _logits_row(self, i: int) -> np.ndarray:
+        return np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(self._n_vocab,))
+
+    def _truncate(self, n_tokens: int) -> None:
+        # Unconditional: after a failed decode the cache may hold entries beyond n_tokens.
+        self._ctx.kv_cache_seq_rm(-1, n_tokens, -1)
+        self.n_tokens = min(self.n_tokens, n_tokens)

@@ -1,0 +1,39 @@
+"""Per-generation speculative decoding counters, reported in completions' ``usage["speculative"]``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SpecStats:
+    drafted: int = 0  # draft tokens sent to the model for verification
+    accepted: int = 0  # of those, tokens the model agreed with
+    forward_passes: int = 0  # llama_decode calls that produced generated tokens (prefill excluded)
+    generated: int = 0  # tokens handed to the caller
+    draft_seconds: float = 0.0  # time spent in the drafter
+    # [k] = steps whose draft had a token at position k / whose token at position k was accepted
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    def record_step(self, drafted: int, accepted: int) -> None:
+        self.forward_passes += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        for counts in (self.drafted_per_position, self.accepted_per_position):
+            counts.extend([0] * (drafted - len(counts)))
+        for k in range(drafted):
+            self.drafted_per_position[k] += 1
+        for k in range(accepted):
+            self.accepted_per_position[k] += 1
+
+    def as_dict(self) -> dict:
+        return {
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "forward_passes": self.forward_passes,
+            "generated": self.generated,
+            "accepted_per_position": list(self.accepted_per_position),
+            "drafted_per_position": list(self.drafted_per_position),
+            "draft_seconds": self.draft_seconds,
+        }
