@@ -123,8 +123,10 @@ class Llama(llama_cpp.Llama):
         tokens = list(tokens) if reset else [*self._input_ids.tolist(), *tokens]
         if not tokens:
             raise ValueError("empty prompt: generation needs at least one token")
-        if len(tokens) > self._n_ctx:
-            raise ValueError(f"prompt of {len(tokens)} tokens exceeds the context window of {self._n_ctx}")
+        if len(tokens) > self._context_limit:
+            raise ValueError(
+                f"prompt of {len(tokens)} tokens exceeds the context window of {self._context_limit}"
+            )
         self.last_stats = SpecStats()
         if logits_processor is not None:
             # A Python logits processor reads self._input_ids at every call, which during a
@@ -140,6 +142,11 @@ class Llama(llama_cpp.Llama):
             return
         yield from self._speculate(tokens, sampling, stopping_criteria, grammar)
 
+    @property
+    def _context_limit(self) -> int:
+        # llama.cpp may round n_ctx up, but llama_cpp.Llama sizes input_ids by the requested n_ctx.
+        return min(self._n_ctx, len(self.input_ids))
+
     # -- the speculative loop
 
     def _speculate(self, tokens, sampling, stopping_criteria, grammar):
@@ -154,7 +161,9 @@ class Llama(llama_cpp.Llama):
         try:
             while True:
                 n_past = self.n_tokens
-                room = self._n_ctx - n_past - 1  # draft tokens that fit behind `pending`
+                # Draft tokens that fit behind `pending` so that prompt + output stays <= n_ctx,
+                # as llama_cpp caps it (the token sampled last is never evaluated).
+                room = self._context_limit - n_past - 2
                 if room < 0:
                     return  # context full: the caller reports finish_reason "length"
                 t0 = time.perf_counter()

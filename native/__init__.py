@@ -1,0 +1,33 @@
+"""Numba kernels over numpy arrays; the classes that own the arrays live in `plookup`."""
+
+from .ngram_hash import (
+    NGRAM_META_SIZE,
+    ngram_extend,
+    ngram_rehash,
+    ngram_reset,
+)
+from .suffix_automaton import (
+    EDGE_FIELDS,
+    SAM_META_SIZE,
+    STATE_FIELDS,
+    WALK_CAP,
+    sam_continuation,
+    sam_extend,
+    sam_rehash,
+    sam_reset,
+)
+
+__all__ = [
+    "EDGE_FIELDS",
+    "NGRAM_META_SIZE",
+    "SAM_META_SIZE",
+    "STATE_FIELDS",
+    "WALK_CAP",
+    "ngram_extend",
+    "ngram_rehash",
+    "ngram_reset",
+    "sam_continuation",
+    "sam_extend",
+    "sam_rehash",
+    "sam_reset",
+]

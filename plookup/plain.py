@@ -1,0 +1,71 @@
+"""Plain decoding as the yardstick: greedy tokens with the top-2 logit gap at every position.
+
+llama.cpp's batched kernels round differently from single-token decoding, so where plain greedy
+decoding's two best logits are within a few tenths, a speculative run may legitimately pick the
+other one. These helpers find the first divergence and the gap there, so a difference can be told
+apart from a bug.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+# Below this top-2 logit gap, batched and single-token decoding may pick different argmaxes.
+NEAR_TIE_GAP = 0.3
+
+
+def chat_prompt_tokens(llm: llama_cpp.Llama, messages: list[dict]) -> list[int]:
+    """Tokens of `messages` under the model's own chat template, ready for generation."""
+    def piece(token: int) -> str:
+        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    formatter = Jinja2ChatFormatter(
+        template=llm.metadata["tokenizer.chat_template"],
+        eos_token=piece(llm.token_eos()),
+        bos_token=piece(llm.token_bos()),
+        add_generation_prompt=True,
+    )
+    result = formatter(messages=messages)
+    return llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
+
+
+def greedy_with_gaps(
+    llm: llama_cpp.Llama, prompt: Sequence[int], max_tokens: int
+) -> tuple[list[int], list[float]]:
+    """Plain greedy decoding, one token per llama_decode, stopping at end-of-generation.
+
+    Returns the tokens and, for each, the gap between the best and second-best logit it was
+    chosen from.
+    """
+    llm.reset()
+    llm.eval(list(prompt))
+    tokens: list[int] = []
+    gaps: list[float] = []
+    for _ in range(max_tokens):
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
+        token = int(np.argmax(logits))
+        second, first = np.partition(logits, -2)[-2:]
+        tokens.append(token)
+        gaps.append(float(first - second))
+        if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token) or llm.n_tokens >= llm.n_ctx():
+            break
+        llm.eval([token])
+    llm._requires_eval = True
+    return tokens, gaps
+
+
+def first_divergence(reference: Sequence[int], other: Sequence[int]) -> int | None:
+    """Index of the first position where the two token lists differ (None if one is a prefix)."""
+    for i, (a, b) in enumerate(zip(reference, other)):
+        if a != b:
+            return i
+    return None
+
+
+def first_near_tie(gaps: Sequence[float], threshold: float = NEAR_TIE_GAP) -> int:
+    """Index of the first position whose top-2 gap is below threshold (len(gaps) if none)."""
+    return next((i for i, g in enumerate(gaps) if g < threshold), len(gaps))

@@ -1,0 +1,114 @@
+"""`SuffixIndex`: the token history in an online suffix automaton.
+
+Owns the arrays of `plookup.native.suffix_automaton` and grows them (by doubling)
+before each kernel call; see that module for the layout, the exactness limit
+(WALK_CAP) and the memory per token (116..140 bytes per token of capacity).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plookup.native import suffix_automaton as sam
+
+
+def as_token_array(tokens) -> np.ndarray:
+    """`tokens` (an int sequence or array) as a 1-D int64 array; ValueError otherwise.
+
+    The range check ([0, 2**31 - 1]) happens in the kernels, which reject the whole
+    batch before appending anything.
+    """
+    array = np.asarray(tokens)
+    if array.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D sequence, got {array.ndim}-D")
+    if array.size and array.dtype.kind not in "iu":
+        raise ValueError(f"tokens must be integers, got dtype {array.dtype}")
+    return array.astype(np.int64, copy=False)
+
+
+def raise_bad_token(tokens: np.ndarray, index: int) -> None:
+    raise ValueError(f"token {tokens[index]} at index {index} is outside [0, 2**31 - 1]")
+
+
+def _slot_count(capacity: int) -> int:
+    """Power of two holding the worst-case 3 * capacity edges at load factor <= 0.5."""
+    return 1 << (6 * capacity - 1).bit_length()
+
+
+class SuffixIndex:
+    """Longest repeated suffix of a growing token history, and what followed it."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self._meta = np.zeros(sam.SAM_META_SIZE, np.int64)
+        self._allocate(int(capacity))
+        self.reset()
+
+    def _allocate(self, capacity: int) -> None:
+        self._tokens = np.empty(capacity, np.int32)
+        self._states = np.empty((2 * capacity, sam.STATE_FIELDS), np.int32)
+        self._edges = np.empty((3 * capacity, sam.EDGE_FIELDS), np.int32)
+        self._slots = np.empty(_slot_count(capacity), np.int32)
+
+    def _grow(self, needed: int) -> None:
+        capacity = self._tokens.size
+        while capacity < needed:
+            capacity *= 2
+        tokens, states, edges = self._tokens, self._states, self._edges
+        n_states, n_edges = int(self._meta[sam.N_STATES]), int(self._meta[sam.N_EDGES])
+        self._allocate(capacity)
+        self._tokens[: len(self)] = tokens[: len(self)]
+        self._states[:n_states] = states[:n_states]
+        self._edges[:n_edges] = edges[:n_edges]
+        self._slots[:] = -1
+        sam.sam_rehash(self._edges, n_edges, self._slots)
+
+    def __len__(self) -> int:
+        return int(self._meta[sam.N_TOKENS])
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Read-only int32 view of the history (stays valid, but stale, after growth)."""
+        view = self._tokens[: len(self)]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the index's arrays."""
+        return sum(
+            a.nbytes for a in (self._tokens, self._states, self._edges, self._slots, self._meta)
+        )
+
+    def extend(self, tokens) -> None:
+        new_tokens = as_token_array(tokens)
+        needed = len(self) + new_tokens.size
+        if needed > self._tokens.size:
+            self._grow(needed)
+        bad = sam.sam_extend(
+            new_tokens, self._tokens, self._states, self._edges, self._slots, self._meta
+        )
+        if bad >= 0:
+            raise_bad_token(new_tokens, bad)
+
+    def reset(self) -> None:
+        """Forget the history; the grown arrays are kept for reuse."""
+        sam.sam_reset(self._states, self._slots, self._meta)
+
+    def match(self) -> tuple[int, int, int]:
+        """(length, end, count) of the longest suffix that also occurs earlier.
+
+        `end` is the most recent earlier occurrence's last index and `count` the
+        number of earlier occurrences; (0, -1, 0) when nothing repeats.
+        """
+        meta = self._meta
+        return int(meta[sam.MATCH_LEN]), int(meta[sam.MATCH_END]), int(meta[sam.MATCH_COUNT])
+
+    def continuation(self, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """(draft, agree): up to `max_len` tokens that followed the match's most recent
+        earlier occurrence, and for each the fraction of the context's followed
+        occurrences that continued with it."""
+        return sam.sam_continuation(
+            max_len, self._tokens, self._states, self._edges, self._slots, self._meta
+        )

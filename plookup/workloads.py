@@ -1,0 +1,159 @@
+"""Workloads made from real text that ships with Python: source code to edit, prose to proofread.
+
+Each workload is a list of chat messages plus a kind: "copy" (the answer repeats the input: code
+edits, proofreading, a second turn that edits the first answer) or "free" (a question whose answer
+is new text: the negative control). Everything is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import re
+import textwrap
+from dataclasses import dataclass, field
+
+# Real functions from the standard library, 7-80 lines each: the code being edited.
+CODE_SOURCES = [
+    ("textwrap", "dedent"),
+    ("textwrap", "indent"),
+    ("shutil", "copyfileobj"),
+    ("shutil", "which"),
+    ("json", "dumps"),
+    ("random", "Random.shuffle"),
+    ("copy", "deepcopy"),
+    ("tempfile", "mkdtemp"),
+    ("statistics", "median"),
+    ("glob", "glob"),
+    ("string", "capwords"),
+    ("heapq", "merge"),
+    ("ast", "literal_eval"),
+    ("base64", "b64encode"),
+    ("calendar", "Calendar.monthdatescalendar"),
+    ("difflib", "get_close_matches"),
+]
+
+# Module docstrings that are prose: the text being proofread.
+PROSE_SOURCES = ["heapq.__about__", "difflib", "random", "tokenize", "sched", "inspect", "string"]
+
+# Functions whose purpose the model is asked to explain in its own words.
+QUESTION_SUBJECTS = [
+    "itertools.groupby", "functools.lru_cache", "collections.Counter", "os.walk",
+    "contextlib.contextmanager", "subprocess.run", "threading.Lock", "pathlib.Path.glob",
+    "asyncio.gather", "dataclasses.field",
+]  # fmt: skip
+
+EDIT_KINDS = ("rename", "docstring", "constant", "whole")
+
+
+@dataclass
+class Workload:
+    name: str
+    kind: str  # "copy" or "free"
+    messages: list[dict] = field(default_factory=list)
+
+
+def _resolve(dotted: str):
+    module_name, _, attr_path = dotted.partition(".")
+    obj = __import__(module_name)
+    for part in filter(None, attr_path.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def function_source(module: str, qualname: str) -> str:
+    return textwrap.dedent(inspect.getsource(_resolve(f"{module}.{qualname}")))
+
+
+def prose(source: str) -> str:
+    obj = _resolve(source)
+    text = obj if isinstance(obj, str) else inspect.getdoc(obj) or ""
+    return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+def inject_typos(text: str, rng: random.Random, rate: float = 0.04) -> str:
+    """Swap two adjacent letters in about `rate` of the words (never the first letter)."""
+
+    def maybe_typo(m: re.Match) -> str:
+        word = m.group(0)
+        if len(word) < 4 or rng.random() >= rate:
+            return word
+        i = rng.randrange(1, len(word) - 1)
+        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+
+    return re.sub(r"[A-Za-z]+", maybe_typo, text)
+
+
+def _local_names(code: str) -> list[str]:
+    names = sorted(set(re.findall(r"\b([a-z_][a-z0-9_]{2,})\s*=[^=]", code)))
+    return [n for n in names if n not in ("self", "kwargs", "args")]
+
+
+def code_edit(module: str, qualname: str, edit: str, rng: random.Random) -> Workload:
+    code = function_source(module, qualname)
+    if edit == "rename" and _local_names(code):
+        old = rng.choice(_local_names(code))
+        task = f"Rename the variable `{old}` to `{old}_value` everywhere in this function."
+    elif edit == "docstring":
+        task = "Add a one-line comment above the `def` line saying what the function does."
+    elif edit == "constant" and re.search(r"\b\d+\b", code):
+        number = rng.choice(re.findall(r"\b\d+\b", code))
+        task = f"Change the number {number} to {int(number) + 1} everywhere in this function."
+    else:
+        edit, task = "whole", "Fix any bug you see; if there is none, leave it as it is."
+    prompt = f"{task} Reply with the whole function only.\n\n```python\n{code}```"
+    return Workload(f"code-{edit}:{module}.{qualname}", "copy", [{"role": "user", "content": prompt}])
+
+
+def proofread(source: str, rng: random.Random) -> Workload:
+    text = inject_typos(prose(source), rng)
+    prompt = f"Correct the spelling mistakes in this text. Reply with the corrected text only.\n\n{text}"
+    return Workload(f"proofread:{source}", "copy", [{"role": "user", "content": prompt}])
+
+
+def multi_turn(module: str, qualname: str, first_answer: str) -> Workload:
+    """A second turn that edits the first answer (passed in, as the model gave it)."""
+    first = code_edit(module, qualname, "whole", random.Random(0))
+    return Workload(
+        f"multiturn:{module}.{qualname}",
+        "copy",
+        first.messages
+        + [
+            {"role": "assistant", "content": first_answer},
+            {"role": "user", "content": "Now add type hints to it. Reply with the whole function."},
+        ],
+    )
+
+
+def question(subject: str) -> Workload:
+    prompt = f"In a few sentences of your own, explain when a Python programmer would use {subject}."
+    return Workload(f"question:{subject}", "free", [{"role": "user", "content": prompt}])
+
+
+def standard_workloads(seed: int = 0) -> list[Workload]:
+    """Code edits of every source, proofreading of every text, and every free-form question."""
+    rng = random.Random(seed)
+    loads = [
+        code_edit(module, qualname, EDIT_KINDS[i % len(EDIT_KINDS)], rng)
+        for i, (module, qualname) in enumerate(CODE_SOURCES)
+    ]
+    loads += [proofread(source, rng) for source in PROSE_SOURCES]
+    loads += [question(subject) for subject in QUESTION_SUBJECTS]
+    return loads
+
+
+def load_jsonl(path: str) -> list[Workload]:
+    """A user's own workloads: one JSON object per line, {"messages": [...], "kind"?, "name"?}."""
+    loads = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                messages = record["messages"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{lineno}: expected {{'messages': [...]}}: {e}") from None
+            loads.append(Workload(record.get("name", f"{path}:{lineno}"), record.get("kind", "copy"), messages))
+    return loads

@@ -1,0 +1,39 @@
+"""Real models for the tests: SmolLM2-135M (llama architecture, 49k vocab) and Gemma 3 270M
+(262k vocab, sliding-window attention), each loaded once per session as a plain llama_cpp.Llama and
+as a plookup.Llama with identical settings."""
+
+from __future__ import annotations
+
+import llama_cpp
+import pytest
+
+import plookup
+
+MODEL_PATHS = {"smollm2": plookup.smollm2_path, "gemma3": plookup.gemma3_path}
+N_CTX = 2048
+# Both objects get the same threads for single-token and batched decoding.
+LLAMA_KWARGS = dict(n_ctx=N_CTX, n_threads=2, n_threads_batch=2, verbose=False, seed=1234)
+
+
+@pytest.fixture(scope="session")
+def model_path():
+    return {name: path() for name, path in MODEL_PATHS.items()}
+
+
+@pytest.fixture(scope="session", params=list(MODEL_PATHS))
+def model_pair(request, model_path):
+    """(name, plain llama_cpp.Llama, plookup.Llama) for each model."""
+    path = model_path[request.param]
+    return request.param, llama_cpp.Llama(path, **LLAMA_KWARGS), plookup.Llama(path, **LLAMA_KWARGS)
+
+
+@pytest.fixture(scope="session")
+def smol(model_path):
+    """A plookup.Llama on SmolLM2 for the tests that need one model only."""
+    return plookup.Llama(model_path["smollm2"], **LLAMA_KWARGS)
+
+
+def kv_positions(llm: llama_cpp.Llama) -> tuple[int, int]:
+    """(lowest, highest) position held in the KV cache for sequence 0 ((-1, -1) when empty)."""
+    memory = llama_cpp.llama_get_memory(llm.ctx)
+    return llama_cpp.llama_memory_seq_pos_min(memory, 0), llama_cpp.llama_memory_seq_pos_max(memory, 0)
