@@ -23,6 +23,7 @@ and decoded at the head of the next step.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import time
 import warnings
@@ -32,6 +33,7 @@ import llama_cpp
 import numpy as np
 
 from .drafters import IndexDrafter, SuffixDrafter
+from .prediction import prediction_text, prediction_usage
 from .stats import SpecStats
 
 GGUF_MAGIC = b"GGUF"
@@ -68,6 +70,8 @@ class Llama(llama_cpp.Llama):
         max_draft: int = DEFAULT_MAX_DRAFT,
         **kwargs,
     ):
+        # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
+        self._stack = contextlib.ExitStack()
         if not isinstance(max_draft, int) or max_draft < 0:
             raise ValueError(f"max_draft must be an integer >= 0, got {max_draft!r}")
         if kwargs.get("draft_model") is not None:
@@ -82,16 +86,54 @@ class Llama(llama_cpp.Llama):
         check_gguf(model_path)
         super().__init__(model_path, *args, **kwargs)
         self.drafter = drafter if drafter is not None else SuffixDrafter()
+        self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
         self.max_draft = max_draft
         self.last_stats = SpecStats()
+        self._prediction_tokens: list[int] = []  # indexed ahead of the next generation's prompt
 
     # -- the public entry points keep llama_cpp's signatures; completions gain usage["speculative"]
+    # and an optional OpenAI-style `prediction` (see plookup.prediction)
 
-    def create_completion(self, *args, **kwargs):
+    def create_completion(self, *args, prediction=None, **kwargs):
+        if prediction is not None:
+            return self._predicted(self.create_completion, prediction, args, kwargs)
         result = super().create_completion(*args, **kwargs)
         if isinstance(result, dict):
             result["usage"]["speculative"] = self.last_stats.as_dict()
         return result
+
+    def create_chat_completion(self, *args, prediction=None, **kwargs):
+        # The chat handler generates through self.create_completion, which adds the stats.
+        if prediction is not None:
+            return self._predicted(self.create_chat_completion, prediction, args, kwargs)
+        return super().create_chat_completion(*args, **kwargs)
+
+    def _predicted(self, create, prediction, args, kwargs):
+        """`create(*args, **kwargs)` (a create_* method, called without prediction) with the
+        prediction's tokens as a draft source.
+
+        Non-streamed results gain ``usage["completion_tokens_details"]``.
+        """
+        tokens = self.tokenize(prediction_text(prediction).encode("utf-8"), add_bos=False)
+        if kwargs.get("stream"):
+            return self._stream_predicted(create, tokens, args, kwargs)
+        self._prediction_tokens = tokens
+        try:
+            result = create(*args, **kwargs)
+        finally:
+            self._prediction_tokens = []
+        choice = result["choices"][0]
+        text = choice["text"] if "text" in choice else choice["message"]["content"] or ""
+        completion = self.tokenize(text.encode("utf-8"), add_bos=False)
+        result["usage"]["completion_tokens_details"] = prediction_usage(tokens, completion)
+        return result
+
+    def _stream_predicted(self, create, tokens, args, kwargs):
+        self._prediction_tokens = tokens
+        try:
+            yield from create(*args, **kwargs)
+        finally:
+            self._prediction_tokens = []
 
     def generate(
         self,
@@ -155,7 +197,9 @@ class Llama(llama_cpp.Llama):
         self._prefill(tokens[:-1])
         stats = self.last_stats
         drafter = self.drafter
-        drafter.sync(tokens)
+        # A prediction is history the drafter may continue a match into; this generation only.
+        drafter.sync([*self._prediction_tokens, *tokens])
+        self._prediction_tokens = []
         pending = tokens[-1]
         kept = self.n_tokens  # cache entries that stay valid whatever happens next
         try:
@@ -171,17 +215,7 @@ class Llama(llama_cpp.Llama):
                 stats.draft_seconds += time.perf_counter() - t0
 
                 self._decode_all_logits([pending, *draft.tolist()], n_past)
-                emitted, stopped = [], False
-                for i in range(len(draft) + 1):
-                    token = sampler.sample(self._ctx, i)
-                    if stopping_criteria is not None and stopping_criteria(
-                        self.input_ids[: n_past + 1 + i], self._logits_row(i)
-                    ):
-                        stopped = True  # like llama_cpp: the token that tripped it is dropped
-                        break
-                    emitted.append(token)
-                    if i == len(draft) or token != draft[i]:
-                        break
+                emitted, stopped = self._verify(sampler, draft, n_past, stopping_criteria)
                 accepted = len(emitted) if stopped else len(emitted) - 1
                 self._truncate(n_past + 1 + accepted)  # drop the rejected draft tokens
                 stats.record_step(len(draft), accepted)
@@ -199,6 +233,24 @@ class Llama(llama_cpp.Llama):
         finally:
             self._truncate(kept)
             self._requires_eval = True  # the context's logits belong to a verify batch
+
+    def _verify(self, sampler, draft, n_past, stopping_criteria) -> tuple[list[int], bool]:
+        """The acceptance rule, over the logits of the batch [pending, *draft] just decoded.
+
+        Returns the emitted tokens (the accepted draft prefix, then the target's own token) and
+        whether a stopping criterion ended the generation.
+        """
+        emitted: list[int] = []
+        for i in range(len(draft) + 1):
+            token = sampler.sample(self._ctx, i)  # y ~ p(· | prefix + draft[:i]); greedy: argmax
+            if stopping_criteria is not None and stopping_criteria(
+                self.input_ids[: n_past + 1 + i], self._logits_row(i)
+            ):
+                return emitted, True  # like llama_cpp: the token that tripped it is dropped
+            emitted.append(token)
+            if i == len(draft) or token != draft[i]:
+                break  # y != x: the draft is rejected from here on, y is the correction
+        return emitted, False
 
     def _prefill(self, prompt: list[int]) -> None:
         """Make the cache hold exactly `prompt`, reusing the longest cached prefix."""

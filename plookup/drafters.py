@@ -53,6 +53,12 @@ class IndexDrafter(LlamaDraftModel):
     def extend(self, tokens: npt.ArrayLike) -> None:
         self.index.extend(tokens)
 
+    def warm_up(self) -> None:
+        """Compile or load every kernel a generation calls, leaving the index empty."""
+        self.sync(np.array([1, 2, 1, 2, 1], dtype=np.int32))
+        self._candidate(4)
+        self.index.reset()
+
     def _candidate(self, max_draft: int) -> tuple[int, np.ndarray, np.ndarray]:
         """(match length, continuation tokens, per-token agreement) from the index."""
         raise NotImplementedError

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import llama_cpp
 import numpy as np
+from llama_cpp import llama_chat_format
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 # Below this top-2 logit gap, batched and single-token decoding may pick different argmaxes.
@@ -19,17 +20,26 @@ NEAR_TIE_GAP = 0.3
 
 
 def chat_prompt_tokens(llm: llama_cpp.Llama, messages: list[dict]) -> list[int]:
-    """Tokens of `messages` under the model's own chat template, ready for generation."""
+    """Tokens of `messages` as create_chat_completion would prompt the model.
+
+    The GGUF's own template when it has one, else llama_cpp's built-in format named by
+    ``llm.chat_format`` (Gemma 3 270M's GGUF has no template: load it with chat_format="gemma").
+    """
+    template = llm.metadata.get("tokenizer.chat_template")
+    if template is None:
+        formatter = getattr(llama_chat_format, "format_" + llm.chat_format.replace("-", ""))
+        result = formatter(messages=messages)
+        return llm.tokenize(result.prompt.encode("utf-8"), special=True)
+
     def piece(token: int) -> str:
         return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
-    formatter = Jinja2ChatFormatter(
-        template=llm.metadata["tokenizer.chat_template"],
+    result = Jinja2ChatFormatter(
+        template=template,
         eos_token=piece(llm.token_eos()),
         bos_token=piece(llm.token_bos()),
         add_generation_prompt=True,
-    )
-    result = formatter(messages=messages)
+    )(messages=messages)
     return llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
 
 

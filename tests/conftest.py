@@ -13,6 +13,14 @@ MODEL_PATHS = {"smollm2": plookup.smollm2_path, "gemma3": plookup.gemma3_path}
 N_CTX = 2048
 # Both objects get the same threads for single-token and batched decoding.
 LLAMA_KWARGS = dict(n_ctx=N_CTX, n_threads=2, n_threads_batch=2, verbose=False, seed=1234)
+# Gemma 3 270M's GGUF carries no chat template; llama_cpp's "gemma" format is its turn markup.
+MODEL_KWARGS = {"smollm2": LLAMA_KWARGS, "gemma3": dict(LLAMA_KWARGS, chat_format="gemma")}
+# Top-2 logit gap below which batched and single-token decoding may disagree. Measured here as the
+# largest change of that gap between single-token decoding and verify batches of 2-8 tokens over
+# 48 positions of a code-edit answer: 0.40 on SmolLM2 (p95 0.27), 0.50 on Gemma 3 (p95 0.29).
+# SmolLM2 keeps the 0.3 of the issue (no prompt of the set diverges between 0.3 and 0.4); Gemma's
+# Q4_K_M kernels round more, and a divergence at a gap of 0.36 was traced to rounding alone.
+NEAR_TIE = {"smollm2": 0.3, "gemma3": 0.6}
 
 
 @pytest.fixture(scope="session")
@@ -23,8 +31,8 @@ def model_path():
 @pytest.fixture(scope="session", params=list(MODEL_PATHS))
 def model_pair(request, model_path):
     """(name, plain llama_cpp.Llama, plookup.Llama) for each model."""
-    path = model_path[request.param]
-    return request.param, llama_cpp.Llama(path, **LLAMA_KWARGS), plookup.Llama(path, **LLAMA_KWARGS)
+    path, kwargs = model_path[request.param], MODEL_KWARGS[request.param]
+    return request.param, llama_cpp.Llama(path, **kwargs), plookup.Llama(path, **kwargs)
 
 
 @pytest.fixture(scope="session")

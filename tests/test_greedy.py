@@ -9,7 +9,7 @@ import pytest
 from plookup.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
 from plookup.workloads import standard_workloads
 
-from conftest import kv_positions
+from conftest import NEAR_TIE, kv_positions
 
 MAX_TOKENS = 96
 # 14 code edits, 4 proofreading texts, 6 free-form questions.
@@ -30,7 +30,7 @@ def test_greedy_equals_plain_until_first_near_tie(model_pair, capsys):
         reference, gaps = greedy_with_gaps(plain, prompt, MAX_TOKENS)
         tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), len(reference)))
 
-        tie = first_near_tie(gaps)
+        tie = first_near_tie(gaps, NEAR_TIE[name])
         diverged = first_divergence(reference, tokens)
         assert tokens[:tie] == reference[:tie], (
             f"{name} {workload.name}: differs at {diverged} before the first near-tie at {tie}"

@@ -1,0 +1,98 @@
+"""Speculative sampling keeps the model's distribution: plookup's samples and plain llama_cpp's are
+indistinguishable by a chi-squared test, while a broken acceptance rule is caught by the same test."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from scipy.stats import chi2_contingency
+
+import plookup
+
+from conftest import MODEL_KWARGS
+
+N_SAMPLES = 400
+N_TOKENS = 3
+# Repetitive enough that the drafter proposes from the first step, uncertain enough at
+# temperature 1 that the draft is often rejected.
+PROMPT = "Numbers: 1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2,"
+SETTINGS = {
+    "temp1": dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+    "top_p0.9": dict(temperature=1.0, top_p=0.9),
+    "repeat_penalty1.3": dict(temperature=1.0, repeat_penalty=1.3),
+}
+
+
+def first_tokens(llm, seeds, **settings) -> Counter:
+    """How often each sequence of the first N_TOKENS generated tokens came out."""
+    prompt = llm.tokenize(PROMPT.encode())
+    counts = Counter()
+    for seed in seeds:
+        generated = []
+        llm.set_seed(seed)
+        for token in llm.generate(prompt, **_generate_args(settings)):
+            generated.append(token)
+            if len(generated) == N_TOKENS:
+                break
+        counts[tuple(generated)] += 1
+    return counts
+
+
+def _generate_args(settings: dict) -> dict:
+    args = dict(top_k=40, top_p=0.95, min_p=0.05, temp=0.8, repeat_penalty=1.0)
+    args.update({("temp" if k == "temperature" else k): v for k, v in settings.items()})
+    return args
+
+
+def homogeneity_p_value(a: Counter, b: Counter) -> float:
+    """Chi-squared test that two samples come from one distribution; rare outcomes pooled."""
+    total = a + b
+    common = [k for k, n in total.items() if n >= 10]
+    rows = [[a[k] for k in common], [b[k] for k in common]]
+    rows[0].append(sum(a.values()) - sum(rows[0]))
+    rows[1].append(sum(b.values()) - sum(rows[1]))
+    if rows[0][-1] + rows[1][-1] == 0:
+        rows = [r[:-1] for r in rows]
+    return float(chi2_contingency(rows).pvalue)
+
+
+class AcceptEverything(plookup.Llama):
+    """A deliberately wrong rule: every draft token is kept, whatever the model samples."""
+
+    def _verify(self, sampler, draft, n_past, stopping_criteria):
+        return [*draft.tolist(), sampler.sample(self._ctx, len(draft))], False
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_distribution_of_first_tokens_matches_plain(model_pair, setting):
+    name, plain, spec = model_pair
+    expected = first_tokens(plain, range(N_SAMPLES), **SETTINGS[setting])
+    got = first_tokens(spec, range(10**6, 10**6 + N_SAMPLES), **SETTINGS[setting])
+    assert spec.last_stats.drafted > 0 or sum(1 for _ in got) > 0
+    p = homogeneity_p_value(expected, got)
+    assert p > 0.001, f"{name} {setting}: plookup {got.most_common(5)} vs plain {expected.most_common(5)}"
+
+
+def test_drafts_are_verified_at_temperature(smol):
+    first_tokens(smol, range(50), **SETTINGS["temp1"])
+    stats = smol.last_stats
+    assert stats.drafted > 0 and stats.accepted < stats.drafted * 50
+
+
+def test_broken_acceptance_rule_fails_the_same_test(model_path, model_pair):
+    name, plain, _ = model_pair
+    broken = AcceptEverything(model_path[name], **MODEL_KWARGS[name])
+    expected = first_tokens(plain, range(N_SAMPLES), **SETTINGS["temp1"])
+    got = first_tokens(broken, range(10**6, 10**6 + N_SAMPLES), **SETTINGS["temp1"])
+    assert homogeneity_p_value(expected, got) < 0.001
+
+
+def test_same_seed_same_text(smol):
+    def sample():
+        return smol.create_completion(PROMPT, max_tokens=24, temperature=0.9, seed=7)["choices"][0]["text"]
+
+    texts = {sample() for _ in range(3)}
+    assert len(texts) == 1
+    other = smol.create_completion(PROMPT, max_tokens=24, temperature=0.9, seed=8)["choices"][0]["text"]
+    assert other not in texts or len(other) < 3
