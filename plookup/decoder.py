@@ -32,7 +32,10 @@ from typing import Generator, Optional, Sequence
 import llama_cpp
 import numpy as np
 
+from .batch import fill_batch
+from .costcache import cached_cost_curve
 from .drafters import IndexDrafter, SuffixDrafter
+from .policy import validate_cost_curve
 from .prediction import prediction_text, prediction_usage
 from .stats import SpecStats
 
@@ -58,6 +61,8 @@ class Llama(llama_cpp.Llama):
 
     ``drafter``: a :class:`plookup.SuffixDrafter` (default) or :class:`plookup.NgramDrafter`.
     ``max_draft``: the most draft tokens verified per step (0 turns drafting off).
+    ``cost_curve``: "auto" measures this model's verify-cost curve on this machine once (cached on
+    disk, see :mod:`plookup.costcache`); an array gives it; None keeps the drafter's own.
     Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
     forces ``logits_all=True``, which this decoder does not need.
     """
@@ -68,6 +73,7 @@ class Llama(llama_cpp.Llama):
         *args,
         drafter: Optional[IndexDrafter] = None,
         max_draft: int = DEFAULT_MAX_DRAFT,
+        cost_curve="auto",
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
@@ -87,6 +93,10 @@ class Llama(llama_cpp.Llama):
         super().__init__(model_path, *args, **kwargs)
         self.drafter = drafter if drafter is not None else SuffixDrafter()
         self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
+        if isinstance(cost_curve, str) and cost_curve == "auto":
+            cost_curve = cached_cost_curve(self)
+        if cost_curve is not None:
+            self.drafter.policy.cost = validate_cost_curve(cost_curve)
         self.max_draft = max_draft
         self.last_stats = SpecStats()
         self._prediction_tokens: list[int] = []  # indexed ahead of the next generation's prompt
@@ -270,14 +280,7 @@ class Llama(llama_cpp.Llama):
 
     def _decode_all_logits(self, batch_tokens: list[int], n_past: int) -> None:
         """One llama_decode of `batch_tokens` at positions n_past.., logits at every position."""
-        batch = self._batch.batch
-        batch.n_tokens = len(batch_tokens)
-        for i, token in enumerate(batch_tokens):
-            batch.token[i] = token
-            batch.pos[i] = n_past + i
-            batch.seq_id[i][0] = 0
-            batch.n_seq_id[i] = 1
-            batch.logits[i] = True
+        fill_batch(self, batch_tokens, n_past)
         self._ctx.decode(self._batch)
         self.input_ids[n_past : n_past + len(batch_tokens)] = batch_tokens
         self.n_tokens = n_past + len(batch_tokens)

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .ngram_index import NgramIndex
-from .policy import DEFAULT_COST_SLOPE, DraftPolicy
+from .policy import DraftPolicy
 from .suffix_index import SuffixIndex
 
 EMPTY_DRAFT = np.zeros(0, dtype=np.int32)
@@ -36,9 +36,9 @@ class IndexDrafter(LlamaDraftModel):
 
     index: SuffixIndex | NgramIndex
 
-    def __init__(self, index, min_match: int, cost_slope: float):
+    def __init__(self, index, min_match: int):
         self.index = index
-        self.policy = DraftPolicy(cost_slope=cost_slope, min_match=min_match)
+        self.policy = DraftPolicy(min_match=min_match)
         self._last_match_length = 0
 
     def sync(self, tokens: npt.ArrayLike) -> None:
@@ -86,8 +86,8 @@ class IndexDrafter(LlamaDraftModel):
 class SuffixDrafter(IndexDrafter):
     """Drafts from the longest earlier match of the whole current suffix (a suffix automaton)."""
 
-    def __init__(self, min_match: int = 2, cost_slope: float = DEFAULT_COST_SLOPE):
-        super().__init__(SuffixIndex(), min_match, cost_slope)
+    def __init__(self, min_match: int = 2):
+        super().__init__(SuffixIndex(), min_match)
 
     def _candidate(self, max_draft: int):
         length, _, _ = self.index.match()
@@ -104,8 +104,8 @@ class NgramDrafter(IndexDrafter):
     every continuation token is trusted alike and the policy sizes the draft from n alone.
     """
 
-    def __init__(self, n_min: int = 2, n_max: int = 8, cost_slope: float = DEFAULT_COST_SLOPE):
-        super().__init__(NgramIndex(n_min=n_min, n_max=n_max), n_min, cost_slope)
+    def __init__(self, n_min: int = 2, n_max: int = 8):
+        super().__init__(NgramIndex(n_min=n_min, n_max=n_max), n_min)
 
     def _candidate(self, max_draft: int):
         n, end, _ = self.index.match()

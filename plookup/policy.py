@@ -5,6 +5,10 @@ A verify step of 1 + n tokens costs ``cost(n + 1)`` single-token decodes and yie
 that ratio, and nothing when no n beats a plain step (ratio 1): on a compute-bound CPU a wrong draft
 makes the step slower than plain decoding, on a GPU it is almost free.
 
+``cost`` is the verify-cost curve of the model on this machine (see :mod:`plookup.costcurve`;
+``plookup.Llama`` measures it once and caches it). Until one is given, a curve measured for a
+135M model on 2 CPU cores stands in.
+
 P(token k accepted | tokens before it accepted) is estimated as ``agree[k] * reliability(L + k)``:
 ``agree`` is the index's own statistic (how often this context was followed by this token), and
 ``reliability`` is how often a match of that length was right before, calibrated online from the
@@ -24,25 +28,34 @@ N_BUCKETS = 8
 PRIOR_SHAPE = 1.5
 PRIOR_WEIGHT = 4.0
 
-# Verify cost of a batch of m tokens, in single-token decodes: 1 + slope * (m - 1). 0.45 is what a
-# 135M model costs on 2 CPU cores (8 tokens ~ 4x one); memory-bound hardware is near 0.
-DEFAULT_COST_SLOPE = 0.45
+# cost[n - 1]: one decode of n tokens, in single-token decodes. SmolLM2-135M Q4_1, 2 CPU cores.
+CPU_COST_CURVE = np.array(
+    [1.0, 1.75, 2.13, 2.48, 3.11, 3.54, 3.93, 4.09, 4.69, 5.5, 5.86, 6.06, 6.46, 6.72, 7.06, 7.26]
+)
+
+# Once the chance that every draft token so far is right drops below this, longer drafts cannot pay.
+MIN_PREFIX_PROBABILITY = 0.05
 
 
 def _bucket(length: int) -> int:
     return min(N_BUCKETS - 1, max(0, int(length).bit_length() - 1))
 
 
+def validate_cost_curve(cost) -> np.ndarray:
+    cost = np.asarray(cost, dtype=np.float64)
+    if cost.ndim != 1 or len(cost) < 1 or not np.all(np.isfinite(cost)) or np.any(cost <= 0):
+        raise ValueError("a cost curve is a non-empty 1-D array of positive relative decode costs")
+    return cost / cost[0]
+
+
 class DraftPolicy:
     """Chooses draft length from match length, the index's agreement and the verify cost."""
 
-    def __init__(self, cost_slope: float = DEFAULT_COST_SLOPE, min_match: int = 2):
-        if cost_slope < 0:
-            raise ValueError(f"cost_slope must be >= 0, got {cost_slope}")
+    def __init__(self, min_match: int = 2, cost=CPU_COST_CURVE):
         if min_match < 1:
             raise ValueError(f"min_match must be >= 1, got {min_match}")
-        self.cost_slope = float(cost_slope)
         self.min_match = int(min_match)
+        self.cost = validate_cost_curve(cost)
         lengths = 2.0 ** np.arange(N_BUCKETS) * 1.5  # a representative length per bucket
         self._hits = PRIOR_WEIGHT * lengths / (lengths + PRIOR_SHAPE)
         self._trials = np.full(N_BUCKETS, PRIOR_WEIGHT)
@@ -51,9 +64,12 @@ class DraftPolicy:
         b = _bucket(length)
         return float(self._hits[b] / self._trials[b])
 
-    def cost(self, n_tokens: int) -> float:
-        """Cost of decoding a batch of n_tokens, in single-token decodes."""
-        return 1.0 + self.cost_slope * (n_tokens - 1)
+    def batch_cost(self, n_tokens: int) -> float:
+        """Cost of decoding n_tokens at once, extrapolated linearly past the measured curve."""
+        if n_tokens <= len(self.cost):
+            return float(self.cost[n_tokens - 1])
+        slope = (self.cost[-1] - 1.0) / max(1, len(self.cost) - 1)
+        return float(self.cost[-1] + slope * (n_tokens - len(self.cost)))
 
     def choose(self, match_length: int, agree: np.ndarray) -> int:
         """Number of leading continuation tokens worth verifying (0 = draft nothing)."""
@@ -65,10 +81,10 @@ class DraftPolicy:
         for k in range(len(agree)):
             p_all *= float(agree[k]) * self.reliability(match_length + k)
             expected += p_all
-            rate = expected / self.cost(k + 2)
+            rate = expected / self.batch_cost(k + 2)
             if rate > best_rate:
                 best_n, best_rate = k + 1, rate
-            if p_all < 0.05:  # later tokens cannot pay for themselves
+            if p_all < MIN_PREFIX_PROBABILITY:
                 break
         return best_n
 

@@ -157,3 +157,24 @@ def load_jsonl(path: str) -> list[Workload]:
                 raise ValueError(f"{path}:{lineno}: expected {{'messages': [...]}}: {e}") from None
             loads.append(Workload(record.get("name", f"{path}:{lineno}"), record.get("kind", "copy"), messages))
     return loads
+
+
+# `plookup bench`'s selection from standard_workloads: one code edit of each kind, two short
+# proofreading texts and three questions keep a default run near ten minutes on 2 CPU cores.
+BENCH_PICKS = (0, 1, 2, 7, 17, 18, 23, 25, 26)
+QUICK_PICKS = (1, 18, 23)
+# The function whose first answer a second turn edits.
+MULTI_TURN_SOURCE = ("string", "capwords")
+
+
+def bench_workloads(first_answer, seed: int = 0, quick: bool = False) -> list[Workload]:
+    """The benchmark's workloads; `first_answer(messages) -> str` answers the multi-turn case's
+    first turn (with plain decoding), and is not called for a quick selection."""
+    loads = standard_workloads(seed)
+    picked = [loads[i] for i in (QUICK_PICKS if quick else BENCH_PICKS)]
+    if quick:
+        return picked
+    first = code_edit(*MULTI_TURN_SOURCE, "whole", random.Random(0))
+    second = multi_turn(*MULTI_TURN_SOURCE, first_answer(first.messages))
+    copies = [w for w in picked if w.kind == "copy"]
+    return copies + [second] + [w for w in picked if w.kind != "copy"]

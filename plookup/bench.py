@@ -1,0 +1,185 @@
+"""`plookup bench`: plain llama.cpp, its prompt-lookup decoding, plookup's drafters (and llama-server's
+when found) side by side on real workloads, against this machine's oracle ceiling.
+
+The reference for identity is plain greedy decoding one token per llama_decode
+(plookup.plain.greedy_with_gaps), run once per workload in this process, which also measures the
+verify-cost curve. Every compared system runs in a worker process of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+
+from . import bench_report
+from .bench_measure import BASELINE, pairwise_speedups, run_interleaved, summarize, system_overview
+from .bench_systems import IN_PROCESS_SYSTEMS
+
+DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
+QUICK_REPEATS, QUICK_MAX_TOKENS = 1, 96
+REPLAY_DRAFTERS = ("suffix", "ngram")
+
+
+def register(commands) -> None:
+    from .cli import add_model_options
+
+    bench = commands.add_parser(
+        "bench", help="compare plain, PLD and plookup decoding on real workloads",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    add_model_options(bench)  # --drafter is unused: every plookup drafter is its own system
+    bench.add_argument("--repeats", type=int, help=f"runs of each system per workload (default {DEFAULT_REPEATS})")
+    bench.add_argument("--max-tokens", type=int, help=f"tokens per generation (default {DEFAULT_MAX_TOKENS})")
+    bench.add_argument("--quick", action="store_true",
+                       help=f"3 workloads, {QUICK_REPEATS} repeat, {QUICK_MAX_TOKENS} tokens: 1-2 minutes")  # fmt: skip
+    bench.add_argument("--workload", metavar="FILE.jsonl",
+                       help='your own workloads instead: {"messages": [...], "kind"?: "copy"|"free", "name"?} a line')  # fmt: skip
+    bench.add_argument("--systems", default=",".join(IN_PROCESS_SYSTEMS),
+                       help="comma-separated in-process systems (default: all; plain is required)")  # fmt: skip
+    bench.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: from PATH)")
+    bench.add_argument("--seed", type=int, default=0, help="seed of the built-in workloads' typos and edits")
+    bench.add_argument("--json", metavar="FILE", help="write every figure, prompt and output as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="write the speedup and acceptance chart")
+    bench.add_argument("--replay", metavar="FILE",
+                       help="no model: replay the drafters on outputs recorded by --json (or JSONL of "
+                            "prompt_tokens/output_tokens)")  # fmt: skip
+    bench.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.replay:
+        return cmd_replay(args)
+    import llama_cpp
+
+    from .bench_systems import WorkerSystem
+    from .cli import model_kwargs
+    from .costcurve import measure_cost_curve, oracle_speedup
+    from .plain import chat_prompt_tokens, greedy_with_gaps
+    from .workloads import bench_workloads, load_jsonl
+
+    names = [s for s in args.systems.split(",") if s]
+    if BASELINE not in names:
+        raise ValueError(f"--systems must include {BASELINE}: every ratio is against it")
+    repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
+    max_tokens = args.max_tokens or (QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS)
+    kwargs = model_kwargs(args)
+    reference_llm = llama_cpp.Llama(**kwargs)
+
+    def first_answer(messages):
+        tokens, _ = greedy_with_gaps(reference_llm, chat_prompt_tokens(reference_llm, messages), max_tokens)
+        return reference_llm.detokenize(tokens).decode("utf-8", "replace").strip()
+
+    note("preparing workloads and plain greedy references")
+    workloads = load_jsonl(args.workload) if args.workload else bench_workloads(first_answer, args.seed, args.quick)
+    kinds = {w.name: w.kind for w in workloads}
+    prompts = {w.name: chat_prompt_tokens(reference_llm, w.messages) for w in workloads}
+    references = {name: greedy_with_gaps(reference_llm, prompt, max_tokens) for name, prompt in prompts.items()}
+    note("measuring the verify-cost curve")
+    cost = measure_cost_curve(reference_llm, max_n=args.max_draft + 1)
+    best_n, oracle = oracle_speedup(cost)
+    eos = reference_llm.token_eos()
+    del reference_llm
+
+    systems = []
+    try:
+        for name in names:
+            note(f"starting {name}")
+            systems.append(WorkerSystem(name, kwargs, args.max_draft))
+        systems += start_servers(args, kwargs, eos)
+        progress = bench_report.Progress(repeats * len(prompts) * len(systems))
+        runs = run_interleaved(systems, prompts, max_tokens, repeats, lambda s, w: progress.step(f"{s} {w}"))
+        progress.finish()
+    finally:
+        for system in systems:
+            system.close()
+
+    summary = {s: {w: summarize(runs[s][w], *references[w]) for w in prompts} for s in runs}
+    overview = system_overview(summary, kinds, oracle)
+    pairs = pairwise_speedups(summary, list(prompts))
+    copy = [w for w, k in kinds.items() if k == "copy"]
+    print(bench_report.workload_table(summary, kinds))
+    print(f"\nverify cost of n tokens / 1 token: {' '.join(f'{c:.2f}' for c in cost)}")
+    print(f"oracle ceiling: {oracle:.2f}x plain decoding (always-right drafter verifying {best_n} tokens a step)\n")
+    print(bench_report.overview_table(overview, len(kinds)))
+    print("\nend-to-end speedup, row over column (geometric mean over all workloads):")
+    print(bench_report.pairwise_table(pairs))
+    print("\nacceptance by draft position, copy workloads:")
+    print("\n".join(bench_report.acceptance_lines(summary, copy)))
+
+    if args.json:
+        record = dict(
+            command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
+            n_ctx=args.n_ctx, threads=args.threads, max_draft=args.max_draft, max_tokens=max_tokens,
+            repeats=repeats, cost_curve=cost.tolist(), oracle=dict(best_n=best_n, speedup=oracle),
+            workloads=[dict(name=w.name, kind=w.kind, messages=w.messages, prompt_tokens=prompts[w.name],
+                            reference_tokens=references[w.name][0], gaps=references[w.name][1])
+                       for w in workloads],
+            summary=summary, overview=overview, pairwise=pairs,
+            runs={s: {w: [{k: v for k, v in r.items() if k != "tokens"} for r in rs] for w, rs in per.items()}
+                  for s, per in runs.items()},
+        )  # fmt: skip
+        write_json(args.json, record)
+    if args.plot:
+        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+        bench_report.plot(args.plot, summary, kinds, oracle)
+        note(f"wrote {args.plot}")
+    return 0
+
+
+def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
+    from .bench_server import SPEC_TYPES, ServerSystem, find_llama_server
+
+    binary = find_llama_server(args.llama_server)
+    if binary is None:
+        where = args.llama_server or "llama-server on PATH"
+        note(f"skipping llama-server systems: {where} not found (give one with --llama-server PATH)")
+        return []
+    started = []
+    for spec_type in SPEC_TYPES:
+        note(f"starting llama-server --spec-type {spec_type}")
+        started.append(ServerSystem(binary, spec_type, kwargs, eos))
+    return started
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .cli import make_drafter
+    from .replay import load_recorded, modelled_speedup, replay
+
+    cases, cost = load_recorded(args.replay)
+    header = ["workload", "drafter", "tokens", "drafted", "accepted", "mean acc", "passes/tok"]
+    header += ["modelled x"] if cost is not None else []
+    rows = []
+    for drafter_name in REPLAY_DRAFTERS:
+        for name, prompt, output in cases:
+            stats, lengths = replay(make_drafter(drafter_name), prompt, output, args.max_draft)
+            steps_with_draft = stats.drafted_per_position[0] if stats.drafted_per_position else 0
+            row = [name, drafter_name, str(stats.generated), str(stats.drafted), str(stats.accepted),
+                   f"{stats.accepted / steps_with_draft if steps_with_draft else 0:.2f}",
+                   f"{stats.forward_passes / max(1, stats.generated):.2f}"]  # fmt: skip
+            if cost is not None:
+                row.append(f"{modelled_speedup(lengths, stats.generated, cost):.2f}")
+            rows.append(row)
+    print(bench_report.grid(header, rows))
+    return 0
+
+
+def machine() -> dict:
+    import llama_cpp
+
+    return dict(platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count(),
+                llama_cpp_python=llama_cpp.__version__,
+                system_info=llama_cpp.llama_print_system_info().decode())  # fmt: skip
+
+
+def write_json(path: str, record: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    note(f"wrote {path}")
+
+
+def note(message: str) -> None:
+    print(f"plookup bench: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,136 @@
+"""What `plookup bench` shows: a progress bar while it runs, then terminal tables and a chart."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Sequence
+
+from .bench_measure import acceptance_by_position, pool_positions, speedup
+
+PLOTTED_POSITIONS = 16
+
+
+class Progress:
+    """A one-line progress bar on stderr, with the time left at the rate so far."""
+
+    def __init__(self, total: int, stream=None, width: int = 30):
+        self.total, self.done, self.width = total, 0, width
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+
+    def step(self, label: str) -> None:
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        filled = self.width * self.done // max(1, self.total)
+        bar = "#" * filled + "-" * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {self.done}/{self.total} ~{left:4.0f}s left  {label[:48]:<48}")
+        self.stream.flush()
+        self.done += 1
+
+    def finish(self) -> None:
+        self.stream.write(f"\r{' ' * (self.width + 80)}\r")
+        self.stream.flush()
+
+
+def _fmt(value, spec: str, missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def _identity(row: dict) -> str:
+    d = row["divergence"]
+    if d is None:
+        return "yes"
+    gap = "?" if d["gap"] is None else f"{d['gap']:.2f}"
+    return f"no @{d['position']} gap {gap}"
+
+
+def workload_table(summary: dict, kinds: dict[str, str]) -> str:
+    header = ("workload", "system", "prefill ms", "TTFT ms", "decode tok/s", "e2e s", "e2e x plain",
+              "drafted", "accepted", "mean acc", "passes/tok", "draft ms", "RSS MiB", "identical")  # fmt: skip
+    rows = []
+    for workload, kind in kinds.items():
+        for system in summary:
+            r = summary[system][workload]
+            rows.append((
+                f"{workload} ({kind})", system, f"{r['prefill_s'] * 1000:.0f}", f"{r['ttft_s'] * 1000:.0f}",
+                f"{r['decode_tps']:.1f}", f"{r['total_s']:.2f}", f"{speedup(summary, system, workload):.2f}",
+                f"{r['drafted']:.0f}", f"{r['accepted']:.0f}", f"{r['mean_accepted']:.2f}",
+                _fmt(r["passes_per_token"], ".2f"), f"{r['draft_s'] * 1000:.1f}",
+                _fmt(r["peak_rss_mib"], ".0f"), _identity(r),
+            ))  # fmt: skip
+    return grid(header, rows)
+
+
+def overview_table(overview: dict, n_workloads: int) -> str:
+    header = ("system", "copy x plain", "copy decode x", "of oracle", "free x plain", "free decode x", "identical")
+    rows = [
+        (system, f"{o['copy_speedup']:.2f}", f"{o['copy_decode_speedup']:.2f}", f"{o['oracle_fraction']:.0%}",
+         f"{o['free_speedup']:.2f}", f"{o['free_decode_speedup']:.2f}", f"{o['identical']}/{n_workloads}")
+        for system, o in overview.items()
+    ]  # fmt: skip
+    return grid(header, rows)
+
+
+def pairwise_table(pairs: dict[str, dict[str, float]]) -> str:
+    names = list(pairs)
+    rows = [(a, *(f"{pairs[a][b]:.2f}" for b in names)) for a in names]
+    return grid(("row vs column", *names), rows)
+
+
+def acceptance_lines(summary: dict, workloads: Sequence[str], positions: int = 8) -> list[str]:
+    lines = []
+    for system, per_workload in summary.items():
+        curve = pooled_acceptance(per_workload, workloads)
+        if curve:
+            lines.append(f"{system:>16}: " + " ".join(f"{p:4.0%}" for p in curve[:positions]))
+    return lines
+
+
+def pooled_acceptance(per_workload: dict, workloads: Sequence[str]) -> list[float]:
+    """Acceptance by draft position, pooled over `workloads`."""
+    return acceptance_by_position(*pool_positions(per_workload[w] for w in workloads))
+
+
+def grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def plot(path: str, summary: dict, kinds: dict[str, str], oracle: float) -> None:
+    """Decode speedup over plain per workload and system, and acceptance by draft position."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = [s for s in summary if s != "plain"]
+    workloads = list(kinds)
+    fig, (bars, curves) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [2.2, 1]})
+    width = 0.8 / max(1, len(systems))
+    for i, system in enumerate(systems):
+        xs = [j + (i - (len(systems) - 1) / 2) * width for j in range(len(workloads))]
+        bars.bar(xs, [speedup(summary, system, w, "decode_tps") for w in workloads], width, label=system)
+    bars.axhline(1.0, color="black", linewidth=0.8)
+    bars.axhline(oracle, color="grey", linestyle="--", label=f"oracle ceiling {oracle:.2f}x")
+    bars.set_xticks(range(len(workloads)))
+    bars.set_xticklabels([f"{w}\n({kinds[w]})" for w in workloads], rotation=35, ha="right", fontsize=7)
+    # Decode speed, not end-to-end: drafting does not touch the prefill, and the ceiling is per token.
+    bars.set_ylabel("decode tokens/s / plain's")
+    bars.set_title("Decode speedup over plain llama.cpp decoding (greedy)")
+    bars.legend(fontsize=8)
+
+    copy = [w for w, k in kinds.items() if k == "copy"]
+    for system in systems:
+        curve = pooled_acceptance(summary[system], copy)[:PLOTTED_POSITIONS]
+        if curve:
+            curves.plot(range(1, len(curve) + 1), curve, marker="o", markersize=3, label=system)
+    curves.set_xlabel("draft position")
+    curves.set_ylabel("P(accepted | reached)")
+    curves.set_ylim(0, 1.02)
+    curves.set_title("Acceptance by draft position (copy workloads)")
+    curves.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

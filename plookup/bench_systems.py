@@ -1,0 +1,160 @@
+"""The decoders `plookup bench` compares, each behind one call: ``run(prompt, max_tokens) -> dict``.
+
+Every in-process system runs in a worker process of its own, so that its peak RSS is its own and
+one system's buffers (PLD's logits_all holds n_ctx x n_vocab floats) do not weigh on another's.
+Only one worker computes at a time: the parent waits for each run.
+
+A run's record: the generated tokens (stopping after end-of-generation, which is included, as in
+plookup.plain.greedy_with_gaps), prefill / first-token / end-to-end seconds, the SpecStats fields,
+and the process's peak RSS in MiB.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import time
+from typing import Sequence
+
+import llama_cpp
+from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+from .replay import score_drafts
+from .stats import SpecStats
+
+IN_PROCESS_SYSTEMS = ("plain", "pld", "plookup-suffix", "plookup-ngram")
+# llama_cpp's prompt-lookup drafter proposes this many tokens (its own default).
+PLD_DRAFT_TOKENS = 10
+WARM_UP_PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class RecordingDrafter:
+    """Wraps a llama_cpp draft model, recording each draft and the output index it predicts."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.prompt_length = 0
+        self.drafts: list[tuple[int, list[int]]] = []
+        self.seconds = 0.0
+
+    def start(self, prompt_length: int) -> None:
+        self.prompt_length, self.drafts, self.seconds = prompt_length, [], 0.0
+
+    def __call__(self, input_ids, /, **kwargs):
+        start = time.perf_counter()
+        draft = self.inner(input_ids, **kwargs)
+        self.seconds += time.perf_counter() - start
+        self.drafts.append((len(input_ids) - self.prompt_length, draft.tolist()))
+        return draft
+
+
+class LocalSystem:
+    """A llama_cpp.Llama (or plookup.Llama) decoding greedily in this process."""
+
+    def __init__(self, name: str, llm: llama_cpp.Llama):
+        self.name = name
+        self.llm = llm
+
+    def run(self, prompt: Sequence[int], max_tokens: int) -> dict:
+        llm, prompt = self.llm, list(prompt)
+        recorder = llm.draft_model if isinstance(llm.draft_model, RecordingDrafter) else None
+        if recorder:
+            recorder.start(len(prompt))
+        llm.reset()  # a cold prefill every run: no prompt reuse across repeats
+        start = time.perf_counter()
+        # Prefill timed on its own: generate() then finds all but the last prompt token cached.
+        llm.eval(prompt[:-1])
+        prefill = time.perf_counter() - start
+        tokens: list[int] = []
+        first = None
+        generator = llm.generate(prompt, temp=0.0, repeat_penalty=1.0)
+        try:
+            for token in generator:
+                if first is None:
+                    first = time.perf_counter() - start
+                tokens.append(token)
+                if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token) or len(tokens) >= max_tokens:
+                    break
+            total = time.perf_counter() - start
+        finally:
+            generator.close()
+        if recorder:
+            stats = score_drafts(recorder.drafts, tokens)
+            stats.draft_seconds = recorder.seconds
+        elif isinstance(getattr(llm, "last_stats", None), SpecStats):
+            stats = llm.last_stats
+        else:
+            stats = SpecStats(forward_passes=len(tokens), generated=len(tokens))
+        return run_record(tokens, prefill, first if first is not None else total, total, stats, peak_rss_mib())
+
+
+def run_record(tokens, prefill_s, ttft_s, total_s, stats: SpecStats, rss_mib) -> dict:
+    spec = stats.as_dict()
+    spec["generated"] = len(tokens)  # what the caller kept, not what the decoder produced ahead
+    return dict(tokens=list(tokens), prefill_s=prefill_s, ttft_s=ttft_s, total_s=total_s,
+                peak_rss_mib=rss_mib, **spec)  # fmt: skip
+
+
+def build_local(name: str, model_kwargs: dict, max_draft: int) -> LocalSystem:
+    if name == "plain":
+        return LocalSystem(name, llama_cpp.Llama(**model_kwargs))
+    if name == "pld":
+        drafter = RecordingDrafter(LlamaPromptLookupDecoding(num_pred_tokens=PLD_DRAFT_TOKENS))
+        # llama_cpp's speculative path reads every position's logits from its scores array.
+        return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **model_kwargs))
+    if name.startswith("plookup-"):
+        from .cli import make_drafter
+        from .decoder import Llama
+
+        drafter = make_drafter(name.removeprefix("plookup-"))
+        return LocalSystem(name, Llama(drafter=drafter, max_draft=max_draft, **model_kwargs))
+    raise ValueError(f"unknown system {name!r}; known: {', '.join(IN_PROCESS_SYSTEMS)}")
+
+
+def _serve(conn, name: str, model_kwargs: dict, max_draft: int) -> None:
+    """Worker process: build the system, warm it up, then run prompts until told to stop."""
+    try:
+        system = build_local(name, model_kwargs, max_draft)
+        system.run(WARM_UP_PROMPT, 8)  # first graph builds and kernel loads happen here
+        conn.send(("ready", None))
+    except Exception as e:  # reported to the parent, which raises it
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    while (request := conn.recv()) is not None:
+        try:
+            conn.send(("ok", system.run(*request)))
+        except Exception as e:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class WorkerSystem:
+    """A LocalSystem in a process of its own."""
+
+    def __init__(self, name: str, model_kwargs: dict, max_draft: int):
+        self.name = name
+        context = multiprocessing.get_context("spawn")  # no inherited llama.cpp threads or state
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, name, model_kwargs, max_draft), daemon=True)
+        self._process.start()
+        self._reply()
+
+    def _reply(self):
+        status, value = self._conn.recv()
+        if status == "error":
+            raise RuntimeError(f"{self.name}: {value}")
+        return value
+
+    def run(self, prompt: Sequence[int], max_tokens: int) -> dict:
+        self._conn.send((list(map(int, prompt)), max_tokens))
+        return self._reply()
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._conn.send(None)
+            self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()

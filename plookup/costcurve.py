@@ -1,0 +1,65 @@
+"""This machine's verify-cost curve, and the speedup an always-right drafter could reach on it.
+
+``cost[n - 1]`` is the time of one ``llama_decode`` of n tokens, with logits at every position as a
+verify step needs them, divided by the time of a one-token decode. A verify step of n tokens (the
+pending token plus n - 1 draft tokens) that is entirely right yields n tokens: n - 1 accepted plus
+the model's own next token. So an oracle drafter that always proposes n - 1 right tokens makes
+``n / cost[n - 1]`` tokens per single-token decode, and the best n is the ceiling for any drafter.
+"""
+
+from __future__ import annotations
+
+import time
+
+import llama_cpp
+import numpy as np
+
+from .batch import fill_batch
+
+DEFAULT_MAX_N = 16
+DEFAULT_REPEATS = 7
+# Decodes are timed behind a context of this many tokens: a verify step never runs on an empty
+# cache, and attention over a few hundred cached tokens is part of what it costs.
+CONTEXT_TOKENS = 256
+
+
+def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
+    fill_batch(llm, tokens, n_past)
+    start = time.perf_counter()
+    llm._ctx.decode(llm._batch)
+    seconds = time.perf_counter() - start
+    llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+    return seconds
+
+
+def measure_cost_curve(
+    llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N, repeats: int = DEFAULT_REPEATS
+) -> np.ndarray:
+    """cost[n - 1] = median time of an n-token decode / median time of a 1-token decode, n = 1..max_n.
+
+    Leaves `llm` reset (its cache no longer matches any prompt).
+    """
+    vocab = llm.n_vocab()
+    rng = np.random.default_rng(0)
+    context = rng.integers(100, vocab, CONTEXT_TOKENS).tolist()
+    llm.reset()
+    llm.eval(context)
+    n_past = llm.n_tokens
+    samples: list[list[float]] = [[] for _ in range(max_n)]
+    # Sizes interleaved within each round, so drift in machine load is shared by all of them.
+    _decode_seconds(llm, context[:max_n], n_past)  # warm-up: first use of the largest graph
+    for _ in range(repeats):
+        for n in range(1, max_n + 1):
+            samples[n - 1].append(_decode_seconds(llm, context[:n], n_past))
+    llm.reset()
+    llm._requires_eval = True
+    medians = np.array([np.median(s) for s in samples])
+    return medians / medians[0]
+
+
+def oracle_speedup(cost: np.ndarray) -> tuple[int, float]:
+    """(best n, speedup over plain decoding) of a drafter that is always right, on this curve."""
+    n = np.arange(1, len(cost) + 1)
+    rates = n / np.asarray(cost, dtype=float)
+    best = int(np.argmax(rates))
+    return best + 1, float(rates[best])

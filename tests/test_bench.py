@@ -1,0 +1,286 @@
+"""`plookup bench`: its arithmetic with fakes, then one tiny run on the real model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from plookup import cli
+from plookup.bench_measure import (
+    divergence,
+    geometric_mean,
+    pairwise_speedups,
+    pool_positions,
+    run_interleaved,
+    speedup,
+    summarize,
+    system_overview,
+)
+from plookup.bench_server import server_record
+from plookup.costcurve import oracle_speedup
+from plookup.plain import NEAR_TIE_GAP
+from plookup.replay import accepted_length, load_recorded, modelled_speedup, replay, score_drafts
+from plookup.workloads import bench_workloads
+
+
+def record(tokens, total_s, ttft_s=0.1, drafted=(0,), accepted=(0,), passes=None, rss=100.0):
+    """A run record as plookup.bench_systems makes them."""
+    drafted_at, accepted_at = list(drafted), list(accepted)
+    return dict(
+        tokens=list(tokens), prefill_s=ttft_s / 2, ttft_s=ttft_s, total_s=total_s, peak_rss_mib=rss,
+        drafted=sum(drafted_at), accepted=sum(accepted_at), generated=len(tokens),
+        forward_passes=len(tokens) if passes is None else passes, draft_seconds=0.001,
+        drafted_per_position=drafted_at, accepted_per_position=accepted_at,
+    )  # fmt: skip
+
+
+# -- identity with plain greedy decoding
+
+
+def test_identical_output_has_no_divergence():
+    assert divergence([1, 2, 3], [5.0, 0.1, 2.0], [1, 2, 3]) is None
+
+
+def test_divergence_reports_position_and_plain_gap_there():
+    assert divergence([1, 2, 3], [5.0, 0.1, 2.0], [1, 9, 3]) == {"position": 1, "gap": 0.1}
+
+
+def test_early_stop_diverges_where_the_shorter_output_ends():
+    assert divergence([1, 2, 3], [5.0, 0.1, 2.0], [1, 2]) == {"position": 2, "gap": 2.0}
+    assert divergence([1, 2], [5.0, 0.1], [1, 2, 3]) == {"position": 2, "gap": None}
+
+
+# -- medians and ratios
+
+
+def test_summary_takes_medians_of_timings_and_averages_counters():
+    reference, gaps = [1, 2, 3, 4, 5], [1.0] * 5
+    runs = [
+        record([1, 2, 3, 4, 5], total_s=3.0, drafted=(2, 1), accepted=(2, 1), passes=3),
+        record([1, 2, 3, 4, 5], total_s=1.0, drafted=(2, 2), accepted=(2, 0), passes=3),
+        record([1, 2, 3, 4, 5], total_s=2.0, drafted=(2,), accepted=(1,), passes=4),
+    ]
+    s = summarize(runs, reference, gaps)
+    assert s["total_s"] == 2.0 and s["ttft_s"] == 0.1
+    assert s["decode_tps"] == pytest.approx(4 / (2.0 - 0.1))  # tokens after the first / time after it
+    assert s["e2e_tps"] == pytest.approx(5 / 2.0)
+    assert s["drafted"] == pytest.approx(9 / 3) and s["accepted"] == pytest.approx(6 / 3)
+    assert s["mean_accepted"] == pytest.approx(6 / 6)  # accepted tokens per step that drafted
+    assert s["passes_per_token"] == pytest.approx(10 / 15)
+    assert s["drafted_per_position"] == [6, 3] and s["accepted_per_position"] == [5, 1]
+    assert s["identical"] and s["divergence"] is None
+
+
+def test_summary_flags_a_run_that_diverged():
+    runs = [record([1, 2, 3], 1.0), record([1, 7, 3], 1.0)]
+    s = summarize(runs, [1, 2, 3], [3.0, 0.2, 3.0])
+    assert not s["identical"] and s["divergence"] == {"position": 1, "gap": 0.2}
+
+
+def test_unknown_forward_passes_stay_unknown():
+    s = summarize([record([1, 2], 1.0, passes=None) | {"forward_passes": None}], [1, 2], [1.0, 1.0])
+    assert s["passes_per_token"] is None
+
+
+def fake_summary():
+    """Two workloads; fast is 2x plain end to end on copy (3x in decoding) and 1x on free."""
+
+    def row(e2e, decode):
+        return dict(e2e_tps=e2e, decode_tps=decode, identical=True)
+
+    return {
+        "plain": {"edit": row(25.0, 50.0), "ask": row(40.0, 50.0)},
+        "fast": {"edit": row(50.0, 150.0), "ask": row(40.0, 50.0)},
+    }
+
+
+def test_speedups_are_rate_ratios():
+    s = fake_summary()
+    assert speedup(s, "fast", "edit") == 2.0
+    assert speedup(s, "fast", "edit", "decode_tps") == 3.0
+    assert speedup(s, "fast", "ask") == 1.0
+
+
+def test_geometric_mean_and_pairwise_ratios():
+    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    pairs = pairwise_speedups(fake_summary(), ["edit", "ask"])
+    assert pairs["fast"]["plain"] == pytest.approx(2**0.5)
+    assert pairs["plain"]["fast"] == pytest.approx(2**-0.5)
+    assert pairs["fast"]["fast"] == 1.0
+
+
+def test_overview_splits_copy_from_free_and_divides_by_the_oracle():
+    overview = system_overview(fake_summary(), {"edit": "copy", "ask": "free"}, oracle=4.0)
+    assert overview["fast"]["copy_speedup"] == 2.0 and overview["fast"]["free_speedup"] == 1.0
+    assert overview["fast"]["oracle_fraction"] == pytest.approx(3 / 4)  # the decode speedup against the ceiling
+    assert overview["plain"]["oracle_fraction"] == 0.25
+    assert overview["fast"]["identical"] == 2
+
+
+def test_positions_pool_over_unequal_lengths():
+    assert pool_positions([record([1], 1, drafted=(3, 2), accepted=(2, 1)), record([1], 1, drafted=(1,), accepted=(1,))]) == ([4, 2], [3, 1])
+
+
+def test_oracle_speedup_is_tokens_per_step_over_step_cost():
+    # A step of n tokens yields n tokens when the drafter is always right: rate n / cost(n).
+    assert oracle_speedup(np.array([1.0, 1.5, 2.5, 4.5])) == (2, pytest.approx(2 / 1.5))
+    assert oracle_speedup(np.array([1.0, 3.0])) == (1, 1.0)
+
+
+# -- interleaving
+
+
+class FakeSystem:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def run(self, prompt, max_tokens):
+        self.log.append((self.name, prompt[0]))
+        return record(prompt[:max_tokens], 1.0)
+
+
+def test_systems_take_turns_on_each_workload_every_repeat():
+    log = []
+    systems = [FakeSystem(n, log) for n in "ABC"]
+    runs = run_interleaved(systems, {"w1": [1, 5], "w2": [2, 6]}, max_tokens=1, repeats=2)
+    one_repeat = [("A", 1), ("B", 1), ("C", 1), ("A", 2), ("B", 2), ("C", 2)]
+    assert log == one_repeat * 2
+    assert [r["tokens"] for r in runs["B"]["w2"]] == [[2], [2]]
+
+
+# -- workloads
+
+
+def test_bench_workloads_are_deterministic_for_a_seed():
+    asked, first_answer = [], "def capwords(s, sep=None):\n    return s"
+
+    def answer(messages):
+        asked.append(messages)
+        return first_answer
+
+    first, again = bench_workloads(answer, seed=7), bench_workloads(answer, seed=7)
+    assert first == again
+    assert bench_workloads(answer, seed=8) != first  # the typos and edits follow the seed
+    kinds = [w.kind for w in first]
+    assert kinds.count("copy") >= 5 and kinds.count("free") >= 2
+    multi = [w for w in first if w.name.startswith("multiturn:")]
+    assert len(multi) == 1 and multi[0].messages[1]["content"] == first_answer
+    assert multi[0].messages[0] == asked[0][0]  # the first turn is what was answered
+
+
+def test_quick_workloads_need_no_model():
+    loads = bench_workloads(lambda messages: pytest.fail("a quick run has no multi-turn case"), quick=True)
+    assert {w.kind for w in loads} == {"copy", "free"} and len(loads) == 3
+
+
+# -- replay
+
+
+class ScriptedDrafter:
+    """Proposes the drafts it is given, one per step, and records what the replay told it."""
+
+    def __init__(self, drafts):
+        self.drafts = [np.array(d, dtype=np.int32) for d in drafts]
+        self.calls = []
+
+    def sync(self, tokens):
+        self.calls.append(("sync", list(tokens)))
+
+    def propose(self, max_draft):
+        return self.drafts.pop(0)[:max_draft]
+
+    def observe(self, drafted, accepted):
+        self.calls.append(("observe", drafted, accepted))
+
+    def extend(self, tokens):
+        self.calls.append(("extend", list(tokens)))
+
+
+def test_replay_accepts_the_matching_prefix_and_advances_past_the_models_token():
+    drafter = ScriptedDrafter([[4, 5, 9], [], [8, 1]])
+    stats, lengths = replay(drafter, [1, 2, 3], [4, 5, 6, 7, 8], max_draft=8)
+    assert drafter.calls == [
+        ("sync", [1, 2, 3]),
+        ("observe", 3, 2), ("extend", [4, 5, 6]),  # 2 accepted + the model's 6
+        ("observe", 0, 0), ("extend", [7]),
+        ("observe", 2, 1), ("extend", [8]),  # the output ends after the accepted 8
+    ]  # fmt: skip
+    assert (stats.drafted, stats.accepted, stats.forward_passes, stats.generated) == (5, 3, 3, 5)
+    assert stats.drafted_per_position == [2, 2, 1] and stats.accepted_per_position == [2, 1, 0]
+    assert lengths == [3, 0, 2]
+    # Steps verifying 4, 1 and 3 tokens cost 2.5 + 1 + 2 single-token decodes for 5 tokens.
+    assert modelled_speedup(lengths, 5, np.array([1.0, 1.5, 2.0, 2.5])) == pytest.approx(5 / 5.5)
+
+
+def test_recorded_drafts_are_scored_against_the_output():
+    assert accepted_length([4, 5, 9], [4, 5, 6]) == 2 and accepted_length([], [1]) == 0
+    stats = score_drafts([(1, [5, 6, 0]), (3, [7, 8, 9])], [4, 5, 6, 7, 8])
+    assert (stats.drafted, stats.accepted, stats.forward_passes, stats.generated) == (6, 4, 3, 5)
+
+
+def test_replay_command_reads_jsonl(tmp_path, capsys):
+    path = tmp_path / "recorded.jsonl"
+    text = list(range(10, 40))
+    path.write_text(json.dumps({"name": "echo", "prompt_tokens": text, "output_tokens": text}) + "\n")
+    assert load_recorded(str(path)) == ([("echo", text, text)], None)
+    assert cli.main(["bench", "--replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "echo" in out and "suffix" in out and "ngram" in out
+
+
+def test_bad_replay_line_names_the_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt_tokens": [1]}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        load_recorded(str(path))
+
+
+# -- llama-server replies
+
+
+def test_server_reply_becomes_a_run_record_with_the_eos_put_back():
+    reply = {
+        "tokens": [5, 6, 7], "stop_type": "eos",
+        "timings": {"prompt_ms": 200.0, "predicted_ms": 300.0, "predicted_n": 3, "draft_n": 4, "draft_n_accepted": 2},
+    }  # fmt: skip
+    r = server_record(reply, total_s=0.6, eos_token=2, rss_mib=50.0)
+    assert r["tokens"] == [5, 6, 7, 2] and r["prefill_s"] == 0.2 and r["ttft_s"] == pytest.approx(0.3)
+    assert (r["drafted"], r["accepted"], r["forward_passes"]) == (4, 2, None)
+
+
+def test_bench_requires_the_plain_baseline(capsys):
+    assert cli.main(["bench", "--systems", "pld"]) == 1
+    assert "must include plain" in capsys.readouterr().err
+
+
+# -- the real model, tiny
+
+
+def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys):
+    workloads = tmp_path / "w.jsonl"
+    lines = [
+        {"name": "count", "kind": "copy", "messages": [{"role": "user", "content": "Repeat exactly: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"}]},
+        {"name": "ask", "kind": "free", "messages": [{"role": "user", "content": "What is a list?"}]},
+    ]  # fmt: skip
+    workloads.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    argv = ["bench", "--workload", str(workloads), "--repeats", "1", "--max-tokens", "24", "--threads", "2",
+            "--n-ctx", "1024", "--max-draft", "6", "--json", str(out_json), "--plot", str(out_png)]  # fmt: skip
+    assert cli.main(argv) == 0
+    table = capsys.readouterr().out
+    assert "oracle ceiling" in table and "plookup-suffix" in table
+    result = json.loads(out_json.read_text())
+    assert len(result["cost_curve"]) == 7 and result["cost_curve"][0] == 1.0
+    assert result["oracle"]["speedup"] >= 1.0
+    assert set(result["summary"]) == {"plain", "pld", "plookup-suffix", "plookup-ngram"}
+    for system, per_workload in result["summary"].items():
+        for name, s in per_workload.items():
+            assert 0 < s["generated"] <= 24 and s["peak_rss_mib"] > 0
+            # Batched verification may flip a near-tie; anything else would be a bug.
+            assert s["identical"] or s["divergence"]["gap"] < NEAR_TIE_GAP, (system, name, s["divergence"])
+    assert out_png.stat().st_size > 10_000
+    # The recorded outputs replay without the model.
+    assert cli.main(["bench", "--replay", str(out_json)]) == 0
+    assert "modelled x" in capsys.readouterr().out
