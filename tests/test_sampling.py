@@ -14,9 +14,9 @@ from conftest import MODEL_KWARGS
 
 N_SAMPLES = 400
 N_TOKENS = 3
-# Repetitive enough that the drafter proposes from the first step, uncertain enough at
-# temperature 1 that the draft is often rejected.
-PROMPT = "Numbers: 1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2,"
+# Repetitive enough that the drafter proposes " blue, red, ..." from the first step, uncertain
+# enough at temperature 1 that the models often sample something else (" and blue," on SmolLM2).
+PROMPT = "red, green, blue, red, green,"
 SETTINGS = {
     "temp1": dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
     "top_p0.9": dict(temperature=1.0, top_p=0.9),
@@ -24,8 +24,10 @@ SETTINGS = {
 }
 
 
-def first_tokens(llm, seeds, **settings) -> Counter:
-    """How often each sequence of the first N_TOKENS generated tokens came out."""
+def first_tokens(llm, seeds, drafted=None, **settings) -> Counter:
+    """How often each sequence of the first N_TOKENS generated tokens came out.
+
+    `drafted`, a list, collects the number of draft tokens verified in each generation."""
     prompt = llm.tokenize(PROMPT.encode())
     counts = Counter()
     for seed in seeds:
@@ -36,6 +38,8 @@ def first_tokens(llm, seeds, **settings) -> Counter:
             if len(generated) == N_TOKENS:
                 break
         counts[tuple(generated)] += 1
+        if drafted is not None:
+            drafted.append(llm.last_stats.drafted)
     return counts
 
 
@@ -57,6 +61,21 @@ def homogeneity_p_value(a: Counter, b: Counter) -> float:
     return float(chi2_contingency(rows).pvalue)
 
 
+class EagerDrafter(plookup.SuffixDrafter):
+    """Always proposes the whole continuation of any match: the rule under test sees a draft on
+    every step, whatever the policy would have learnt about acceptance at temperature 1."""
+
+    def propose(self, max_draft):
+        length, draft, _ = self._candidate(max_draft)
+        return draft if length >= self.policy.min_match else draft[:0]
+
+
+@pytest.fixture(scope="module")
+def eager(model_path, model_pair):
+    name = model_pair[0]
+    return plookup.Llama(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
+
+
 class AcceptEverything(plookup.Llama):
     """A deliberately wrong rule: every draft token is kept, whatever the model samples."""
 
@@ -65,24 +84,21 @@ class AcceptEverything(plookup.Llama):
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_distribution_of_first_tokens_matches_plain(model_pair, setting):
-    name, plain, spec = model_pair
+def test_distribution_of_first_tokens_matches_plain(model_pair, eager, setting):
+    name, plain, _ = model_pair
+    spec = eager
     expected = first_tokens(plain, range(N_SAMPLES), **SETTINGS[setting])
-    got = first_tokens(spec, range(10**6, 10**6 + N_SAMPLES), **SETTINGS[setting])
-    assert spec.last_stats.drafted > 0 or sum(1 for _ in got) > 0
+    drafted = []
+    got = first_tokens(spec, range(10**6, 10**6 + N_SAMPLES), drafted, **SETTINGS[setting])
+    assert sum(d > 0 for d in drafted) >= N_SAMPLES * 9 // 10, "too few drafts to test the rule"
     p = homogeneity_p_value(expected, got)
     assert p > 0.001, f"{name} {setting}: plookup {got.most_common(5)} vs plain {expected.most_common(5)}"
 
 
-def test_drafts_are_verified_at_temperature(smol):
-    first_tokens(smol, range(50), **SETTINGS["temp1"])
-    stats = smol.last_stats
-    assert stats.drafted > 0 and stats.accepted < stats.drafted * 50
-
 
 def test_broken_acceptance_rule_fails_the_same_test(model_path, model_pair):
     name, plain, _ = model_pair
-    broken = AcceptEverything(model_path[name], **MODEL_KWARGS[name])
+    broken = AcceptEverything(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
     expected = first_tokens(plain, range(N_SAMPLES), **SETTINGS["temp1"])
     got = first_tokens(broken, range(10**6, 10**6 + N_SAMPLES), **SETTINGS["temp1"])
     assert homogeneity_p_value(expected, got) < 0.001
