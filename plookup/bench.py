@@ -39,6 +39,8 @@ def register(commands) -> None:
                        help='your own workloads instead: {"messages": [...], "kind"?: "copy"|"free", "name"?} a line')  # fmt: skip
     bench.add_argument("--systems", default=",".join(IN_PROCESS_SYSTEMS),
                        help="comma-separated in-process systems (default: all; plain is required)")  # fmt: skip
+    bench.add_argument("--temperature", type=float, default=0.0,
+                       help="sampling temperature (default 0: greedy); identity vs plain is then moot")  # fmt: skip
     bench.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: from PATH)")
     bench.add_argument("--seed", type=int, default=0, help="seed of the built-in workloads' typos and edits")
     bench.add_argument("--json", metavar="FILE", help="write every figure, prompt and output as JSON")
@@ -54,6 +56,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_replay(args)
     import llama_cpp
 
+    from .bench_drafter import drafter_costs
     from .bench_systems import WorkerSystem
     from .cli import model_kwargs
     from .costcurve import measure_cost_curve, oracle_speedup
@@ -80,6 +83,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     note("measuring the verify-cost curve")
     cost = measure_cost_curve(reference_llm, max_n=args.max_draft + 1)
     best_n, oracle = oracle_speedup(cost)
+    note("timing the drafters without the model")
+    drafter_us = drafter_costs(reference_llm, REPLAY_DRAFTERS, args.max_draft)
     eos = reference_llm.token_eos()
     del reference_llm
 
@@ -87,7 +92,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         for name in names:
             note(f"starting {name}")
-            systems.append(WorkerSystem(name, kwargs, args.max_draft))
+            systems.append(WorkerSystem(name, kwargs, args.max_draft, args.temperature))
         systems += start_servers(args, kwargs, eos)
         progress = bench_report.Progress(repeats * len(prompts) * len(systems))
         runs = run_interleaved(systems, prompts, max_tokens, repeats, lambda s, w: progress.step(f"{s} {w}"))
@@ -108,11 +113,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(bench_report.pairwise_table(pairs))
     print("\nacceptance by draft position, copy workloads:")
     print("\n".join(bench_report.acceptance_lines(summary, copy)))
+    print("\ndrafter time per step (extend 1 token + propose), by tokens indexed:")
+    for name, by_size in drafter_us.items():
+        print(f"  {name:8s} " + "  ".join(f"{size:>6d}: {us:5.1f} us" for size, us in by_size.items()))
 
     if args.json:
         record = dict(
             command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
             n_ctx=args.n_ctx, threads=args.threads, max_draft=args.max_draft, max_tokens=max_tokens,
+            temperature=args.temperature, drafter_us_per_step=drafter_us,
             repeats=repeats, cost_curve=cost.tolist(), oracle=dict(best_n=best_n, speedup=oracle),
             workloads=[dict(name=w.name, kind=w.kind, messages=w.messages, prompt_tokens=prompts[w.name],
                             reference_tokens=references[w.name][0], gaps=references[w.name][1])

@@ -53,11 +53,17 @@ class RecordingDrafter:
 
 
 class LocalSystem:
-    """A llama_cpp.Llama (or plookup.Llama) decoding greedily in this process."""
+    """A llama_cpp.Llama (or plookup.Llama) decoding in this process, greedily at temperature 0.
 
-    def __init__(self, name: str, llm: llama_cpp.Llama):
+    At temperature > 0 the n-th run of every system uses seed n, so repeats differ from each other
+    while each repeat gives all systems the same seed.
+    """
+
+    def __init__(self, name: str, llm: llama_cpp.Llama, temperature: float = 0.0):
         self.name = name
         self.llm = llm
+        self.temperature = temperature
+        self.runs = 0
 
     def run(self, prompt: Sequence[int], max_tokens: int) -> dict:
         llm, prompt = self.llm, list(prompt)
@@ -65,13 +71,15 @@ class LocalSystem:
         if recorder:
             recorder.start(len(prompt))
         llm.reset()  # a cold prefill every run: no prompt reuse across repeats
+        self.runs += 1
+        llm.set_seed(self.runs)
         start = time.perf_counter()
         # Prefill timed on its own: generate() then finds all but the last prompt token cached.
         llm.eval(prompt[:-1])
         prefill = time.perf_counter() - start
         tokens: list[int] = []
         first = None
-        generator = llm.generate(prompt, temp=0.0, repeat_penalty=1.0)
+        generator = llm.generate(prompt, temp=self.temperature, repeat_penalty=1.0)
         try:
             for token in generator:
                 if first is None:
@@ -99,26 +107,26 @@ def run_record(tokens, prefill_s, ttft_s, total_s, stats: SpecStats, rss_mib) ->
                 peak_rss_mib=rss_mib, **spec)  # fmt: skip
 
 
-def build_local(name: str, model_kwargs: dict, max_draft: int) -> LocalSystem:
+def build_local(name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0) -> LocalSystem:
     if name == "plain":
-        return LocalSystem(name, llama_cpp.Llama(**model_kwargs))
+        return LocalSystem(name, llama_cpp.Llama(**model_kwargs), temperature)
     if name == "pld":
         drafter = RecordingDrafter(LlamaPromptLookupDecoding(num_pred_tokens=PLD_DRAFT_TOKENS))
         # llama_cpp's speculative path reads every position's logits from its scores array.
-        return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **model_kwargs))
+        return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **model_kwargs), temperature)
     if name.startswith("plookup-"):
         from .cli import make_drafter
         from .decoder import Llama
 
         drafter = make_drafter(name.removeprefix("plookup-"))
-        return LocalSystem(name, Llama(drafter=drafter, max_draft=max_draft, **model_kwargs))
+        return LocalSystem(name, Llama(drafter=drafter, max_draft=max_draft, **model_kwargs), temperature)
     raise ValueError(f"unknown system {name!r}; known: {', '.join(IN_PROCESS_SYSTEMS)}")
 
 
-def _serve(conn, name: str, model_kwargs: dict, max_draft: int) -> None:
+def _serve(conn, name: str, model_kwargs: dict, max_draft: int, temperature: float) -> None:
     """Worker process: build the system, warm it up, then run prompts until told to stop."""
     try:
-        system = build_local(name, model_kwargs, max_draft)
+        system = build_local(name, model_kwargs, max_draft, temperature)
         system.run(WARM_UP_PROMPT, 8)  # first graph builds and kernel loads happen here
         conn.send(("ready", None))
     except Exception as e:  # reported to the parent, which raises it
@@ -134,11 +142,12 @@ def _serve(conn, name: str, model_kwargs: dict, max_draft: int) -> None:
 class WorkerSystem:
     """A LocalSystem in a process of its own."""
 
-    def __init__(self, name: str, model_kwargs: dict, max_draft: int):
+    def __init__(self, name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0):
         self.name = name
         context = multiprocessing.get_context("spawn")  # no inherited llama.cpp threads or state
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, name, model_kwargs, max_draft), daemon=True)
+        args = (child, name, model_kwargs, max_draft, temperature)
+        self._process = context.Process(target=_serve, args=args, daemon=True)
         self._process.start()
         self._reply()
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from plookup.native.draft_length import batch_cost, best_draft_length, length_bucket, record_outcome
+
 # Match lengths are bucketed; reliability is learnt per bucket. Bucket b holds lengths [2^b, 2^(b+1)).
 N_BUCKETS = 8
 
@@ -35,10 +37,6 @@ CPU_COST_CURVE = np.array(
 
 # Once the chance that every draft token so far is right drops below this, longer drafts cannot pay.
 MIN_PREFIX_PROBABILITY = 0.05
-
-
-def _bucket(length: int) -> int:
-    return min(N_BUCKETS - 1, max(0, int(length).bit_length() - 1))
 
 
 def validate_cost_curve(cost) -> np.ndarray:
@@ -61,37 +59,21 @@ class DraftPolicy:
         self._trials = np.full(N_BUCKETS, PRIOR_WEIGHT)
 
     def reliability(self, length: int) -> float:
-        b = _bucket(length)
+        b = length_bucket(length, N_BUCKETS)
         return float(self._hits[b] / self._trials[b])
 
     def batch_cost(self, n_tokens: int) -> float:
         """Cost of decoding n_tokens at once, extrapolated linearly past the measured curve."""
-        if n_tokens <= len(self.cost):
-            return float(self.cost[n_tokens - 1])
-        slope = (self.cost[-1] - 1.0) / max(1, len(self.cost) - 1)
-        return float(self.cost[-1] + slope * (n_tokens - len(self.cost)))
+        return float(batch_cost(n_tokens, self.cost))
 
     def choose(self, match_length: int, agree: np.ndarray) -> int:
         """Number of leading continuation tokens worth verifying (0 = draft nothing)."""
         if match_length < self.min_match:
             return 0
-        best_n, best_rate = 0, 1.0  # a plain step: one token for one decode
-        p_all = 1.0
-        expected = 1.0  # the target's own token always comes out of a verify step
-        for k in range(len(agree)):
-            p_all *= float(agree[k]) * self.reliability(match_length + k)
-            expected += p_all
-            rate = expected / self.batch_cost(k + 2)
-            if rate > best_rate:
-                best_n, best_rate = k + 1, rate
-            if p_all < MIN_PREFIX_PROBABILITY:
-                break
-        return best_n
+        return best_draft_length(
+            match_length, agree, self._hits, self._trials, self.cost, MIN_PREFIX_PROBABILITY
+        )
 
     def observe(self, match_length: int, drafted: int, accepted: int) -> None:
         """Record that `accepted` of `drafted` tokens proposed from a match of this length were kept."""
-        # Token k was tried only if tokens before it were accepted; it was judged at length L + k.
-        for k in range(min(drafted, accepted + 1)):
-            b = _bucket(match_length + k)
-            self._trials[b] += 1.0
-            self._hits[b] += 1.0 if k < accepted else 0.0
+        record_outcome(match_length, drafted, accepted, self._hits, self._trials)

@@ -1,0 +1,91 @@
+"""The draft-length policy on its own: cost curves, agreement, calibration, and its kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plookup.policy import CPU_COST_CURVE, MIN_PREFIX_PROBABILITY, N_BUCKETS, DraftPolicy
+
+FLAT = np.ones(16)  # memory-bound hardware: verifying 16 tokens costs what one does
+STEEP = np.arange(1, 17, dtype=float)  # n tokens cost n single decodes: drafting can never pay
+SURE = np.ones(16)  # the index's continuation always agreed
+
+
+def reference_choice(match_length, agree, hits, trials, cost):
+    """The rule written out: argmax_n (1 + sum_{k<n} prod_{j<=k} q_j) / cost(n + 1), 0 if <= 1."""
+
+    def bucket(length):
+        return min(N_BUCKETS - 1, max(0, int(length).bit_length() - 1))
+
+    def batch_cost(n):
+        if n <= len(cost):
+            return cost[n - 1]
+        return cost[-1] + (cost[-1] - 1) / max(1, len(cost) - 1) * (n - len(cost))
+
+    best_n, best_rate, p_all, expected = 0, 1.0, 1.0, 1.0
+    for k in range(len(agree)):
+        p_all *= agree[k] * hits[bucket(match_length + k)] / trials[bucket(match_length + k)]
+        expected += p_all
+        if expected / batch_cost(k + 2) > best_rate:
+            best_n, best_rate = k + 1, expected / batch_cost(k + 2)
+        if p_all < MIN_PREFIX_PROBABILITY:
+            break
+    return best_n
+
+
+def test_flat_cost_drafts_long_steep_cost_drafts_nothing():
+    assert DraftPolicy(cost=FLAT).choose(40, SURE) == 16
+    assert DraftPolicy(cost=STEEP).choose(40, SURE) == 0
+    assert 0 < DraftPolicy(cost=CPU_COST_CURVE).choose(40, SURE) <= 16
+
+
+def test_draft_length_shrinks_as_cost_steepens():
+    lengths = [DraftPolicy(cost=1 + slope * np.arange(16)).choose(6, SURE) for slope in (0.0, 0.2, 0.5, 0.9)]
+    assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[-1]
+
+
+def test_short_matches_and_branch_points_draft_less():
+    policy = DraftPolicy(cost=CPU_COST_CURVE)
+    assert policy.choose(1, SURE) == 0  # below min_match
+    assert policy.choose(64, SURE) >= policy.choose(3, SURE)
+    branching = SURE.copy()
+    branching[3] = 0.3  # this context was followed by draft[3] only 30% of the time
+    assert policy.choose(64, branching) <= 3
+
+
+def test_calibration_learns_from_outcomes():
+    policy = DraftPolicy(cost=CPU_COST_CURVE)
+    before = policy.choose(4, SURE)
+    for _ in range(50):
+        policy.observe(4, drafted=4, accepted=0)
+    assert before > 0 and policy.choose(4, SURE) == 0
+    for _ in range(500):
+        policy.observe(4, drafted=4, accepted=4)
+    assert policy.choose(4, SURE) > 0
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="min_match"):
+        DraftPolicy(min_match=0)
+    for bad in ([], [1.0, -2.0], [[1.0]], [1.0, float("nan")]):
+        with pytest.raises(ValueError, match="cost curve"):
+            DraftPolicy(cost=bad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    match_length=st.integers(0, 300),
+    agree=st.lists(st.floats(0.0, 1.0), max_size=24),
+    outcomes=st.lists(st.tuples(st.integers(1, 300), st.integers(0, 16), st.integers(0, 16)), max_size=20),
+    slope=st.floats(0.0, 1.5),
+)
+def test_kernel_matches_the_rule_written_out(match_length, agree, outcomes, slope):
+    policy = DraftPolicy(min_match=1, cost=1 + slope * np.arange(12))
+    for length, drafted, accepted in outcomes:
+        policy.observe(length, drafted, min(accepted, drafted))
+    agree = np.asarray(agree, dtype=np.float64)
+    expected = reference_choice(match_length, agree, policy._hits, policy._trials, policy.cost)
+    assert policy.choose(match_length, agree) == (expected if match_length >= 1 else 0)
