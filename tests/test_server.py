@@ -1,0 +1,179 @@
+"""`plookup serve` in a subprocess on 127.0.0.1, driven by the real `openai` client."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from test_prediction import COUNT_PREDICTION, COUNT_PROMPT, COUNT_TEXT, FOX, FOX_PREDICTION, FOX_TEXT
+
+MODEL = "smol"
+GREEDY = dict(model=MODEL, temperature=0.0)
+STARTUP_SECONDS = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    port = free_port()
+    command = [
+        sys.executable, "-m", "plookup.cli", "serve", "--port", str(port), "--model-alias", MODEL,
+        "--n-ctx", "2048", "--threads", "2",
+    ]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/v1/models", timeout=5)
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"plookup serve did not start:\n{server.communicate()[1][-3000:]}")
+            time.sleep(0.3)
+    yield url
+    server.terminate()
+    server.communicate(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
+
+
+def count(client, **kwargs):
+    return client.completions.create(prompt=COUNT_PROMPT, max_tokens=20, **GREEDY, **kwargs)
+
+
+def post_raw(base_url: str, path: str, body: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{base_url}{path}", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def metrics(base_url: str) -> dict[str, float]:
+    """Every sample of /metrics, keyed by its name and labels."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def test_models(client):
+    assert [model.id for model in client.models.list()] == [MODEL]
+
+
+def test_completion(client):
+    result = count(client)
+    assert result.choices[0].text == COUNT_TEXT
+    assert result.choices[0].finish_reason == "length"
+    assert result.usage.completion_tokens == 20
+    spec = result.usage.model_dump()["speculative"]
+    assert spec["generated"] == 20 and spec["accepted"] <= spec["drafted"]
+
+
+def test_chat(client):
+    result = client.chat.completions.create(messages=FOX, max_tokens=40, **GREEDY)
+    assert result.choices[0].message.content == FOX_TEXT
+    assert result.choices[0].finish_reason == "stop"
+
+
+def test_streaming_equals_non_streaming(client):
+    chunks = list(count(client, stream=True))
+    assert "".join(chunk.choices[0].text for chunk in chunks) == COUNT_TEXT
+    chat = client.chat.completions.create(messages=FOX, max_tokens=40, stream=True, **GREEDY)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chat) == FOX_TEXT
+
+
+def test_completion_with_prediction(client):
+    plain = count(client)
+    predicted = count(client, extra_body={"prediction": COUNT_PREDICTION})
+    assert predicted.choices[0].text == plain.choices[0].text == COUNT_TEXT
+    details = predicted.usage.completion_tokens_details
+    assert (details.accepted_prediction_tokens, details.rejected_prediction_tokens) == (20, 23)
+    with_prediction, without = (r.usage.model_dump()["speculative"] for r in (predicted, plain))
+    assert with_prediction["accepted"] > without["accepted"]
+    assert with_prediction["forward_passes"] < without["forward_passes"]
+
+
+def test_chat_with_prediction(client):
+    result = client.chat.completions.create(messages=FOX, max_tokens=40, prediction=FOX_PREDICTION, **GREEDY)
+    assert result.choices[0].message.content == FOX_TEXT
+    details = result.usage.completion_tokens_details
+    assert (details.accepted_prediction_tokens, details.rejected_prediction_tokens) == (9, 1)
+
+
+def test_metrics_count_what_usage_reports(base_url, client):
+    before = metrics(base_url)
+    result = count(client, extra_body={"prediction": COUNT_PREDICTION})
+    after = metrics(base_url)
+    spec = result.usage.model_dump()["speculative"]
+    delta = {key: after[key] - before.get(key, 0) for key in after}
+    assert delta['plookup_requests_total{path="/v1/completions",status="200"}'] == 1
+    assert delta["plookup_generated_tokens_total"] == spec["generated"]
+    assert delta["plookup_forward_passes_total"] == spec["forward_passes"]
+    assert delta["plookup_spec_decode_num_draft_tokens_total"] == spec["drafted"]
+    assert delta["plookup_spec_decode_num_accepted_tokens_total"] == spec["accepted"]
+    assert delta["plookup_prediction_accepted_tokens_total"] == 20
+    for k, n in enumerate(spec["accepted_per_position"]):
+        assert delta[f'plookup_spec_decode_num_accepted_tokens_per_pos_total{{position="{k}"}}'] == n
+
+
+def test_malformed_json_is_400(base_url, client):
+    status, body = post_raw(base_url, "/v1/completions", b'{"prompt": "1, 2,", "max_tokens": ')
+    assert status == 400 and body["error"]["type"] == "invalid_request_error"
+    status, body = post_raw(base_url, "/v1/chat/completions", json.dumps({"messages": "hi"}).encode())
+    assert status == 400 and body["error"]["param"].startswith("messages")
+    assert count(client).choices[0].text == COUNT_TEXT
+
+
+def test_unknown_model_is_404(client):
+    with pytest.raises(openai.NotFoundError) as error:
+        client.completions.create(model="gpt-4o", prompt="hi", max_tokens=4)
+    assert error.value.code == "model_not_found"
+    assert count(client).choices[0].text == COUNT_TEXT
+
+
+def test_prompt_too_long_is_400(client):
+    with pytest.raises(openai.BadRequestError) as error:
+        client.completions.create(prompt="word " * 3000, max_tokens=4, **GREEDY)
+    assert error.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(messages=[{"role": "user", "content": "word " * 3000}], max_tokens=4, **GREEDY)
+    assert count(client).choices[0].text == COUNT_TEXT
+
+
+def test_client_disconnecting_mid_stream_does_not_wedge_the_server(base_url, client):
+    before = metrics(base_url)["plookup_generated_tokens_total"]
+    connection = http.client.HTTPConnection("127.0.0.1", int(base_url.rsplit(":", 1)[1]), timeout=60)
+    body = {"prompt": COUNT_PROMPT, "max_tokens": 1500, "stream": True, **GREEDY}  # counts on and on
+    connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    assert response.readline().startswith(b"data: {")  # generation is under way
+    connection.close()
+    assert count(client).choices[0].text == COUNT_TEXT
+    # The abandoned stream stopped generating once the server noticed the disconnect.
+    abandoned = metrics(base_url)["plookup_generated_tokens_total"] - before - 20
+    assert 1 <= abandoned < 1500
