@@ -30,7 +30,7 @@ def register(commands) -> None:
         "bench", help="compare plain, PLD and plookup decoding on real workloads",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    add_model_options(bench)  # --drafter is unused: every plookup drafter is its own system
+    add_model_options(bench)  # no --drafter: every plookup drafter is a system of its own
     bench.add_argument("--repeats", type=int, help=f"runs of each system per workload (default {DEFAULT_REPEATS})")
     bench.add_argument("--max-tokens", type=int, help=f"tokens per generation (default {DEFAULT_MAX_TOKENS})")
     bench.add_argument("--quick", action="store_true",

@@ -19,8 +19,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "--threads", type=int, default=os.cpu_count(),
         help="threads for single-token and batched decoding alike (default: all cores)",
     )  # fmt: skip
-    parser.add_argument("--drafter", choices=["suffix", "ngram"], default="suffix")
     parser.add_argument("--max-draft", type=int, default=16, help="most draft tokens per step (default 16)")
+
+
+def add_drafter_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--drafter", choices=["suffix", "ngram"], default="suffix")
 
 
 def model_kwargs(args: argparse.Namespace) -> dict:
@@ -92,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate = commands.add_parser("generate", help="generate text from a prompt")
     add_model_options(generate)
+    add_drafter_option(generate)
     source = generate.add_mutually_exclusive_group()
     source.add_argument("-p", "--prompt", help="prompt text")
     source.add_argument("-f", "--file", help="read the prompt from FILE")

@@ -7,12 +7,13 @@ import os
 
 
 def register(commands) -> None:
-    from .cli import add_model_options
+    from .cli import add_drafter_option, add_model_options
 
     serve = commands.add_parser(
         "serve", help="OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /metrics"
     )
     add_model_options(serve)
+    add_drafter_option(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument("--model-alias", help="the model id clients send (default: the GGUF file's name)")
