@@ -16,7 +16,9 @@ WHEEL_KEY := $(shell printf '%s %s' '$(LLAMA_CPP_VERSION)' '$(CMAKE_ARGS)' | sha
 WHEEL_DIR := $(HOME)/.cache/plookup/wheels/$(WHEEL_KEY)
 STAMP := $(VENV)/.plookup-installed-$(WHEEL_KEY)
 
-.PHONY: install demo test test-slow bench clean
+LLAMA_SERVER := $(HOME)/.cache/plookup/llama-server/$(WHEEL_KEY)/llama-server
+
+.PHONY: install demo test test-slow bench llama-server clean
 
 install: $(STAMP)
 
@@ -42,8 +44,22 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q tests
 
+# llama.cpp's own server, for `plookup bench` to compare its n-gram drafters against (optional).
 bench: install
-	$(VENV)/bin/plookup bench
+	$(VENV)/bin/plookup bench $(if $(wildcard $(LLAMA_SERVER)),--llama-server $(LLAMA_SERVER))
+
+# Builds llama-server from the llama.cpp that llama-cpp-python's sdist vendors (same version and
+# flags as the Python bindings), once.
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER):
+	@tmp=$$(mktemp -d) && \
+	$(PYTHON) -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$(LLAMA_CPP_VERSION)" -d $$tmp && \
+	tar xzf $$tmp/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $$tmp && \
+	cmake -S $$tmp/llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp -B $$tmp/build $(CMAKE_ARGS) \
+		-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF && \
+	cmake --build $$tmp/build --target llama-server -j$$(nproc) && \
+	mkdir -p $(dir $@) && cp $$tmp/build/bin/llama-server $@ && rm -rf $$tmp
 
 clean:
 	rm -rf $(VENV) build *.egg-info

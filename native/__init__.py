@@ -1,5 +1,6 @@
 """Numba kernels over numpy arrays; the classes that own the arrays live in `plookup`."""
 
+from .draft_length import best_draft_length, record_outcome
 from .ngram_hash import (
     NGRAM_META_SIZE,
     ngram_extend,
@@ -13,11 +14,15 @@ from .suffix_automaton import (
     WALK_CAP,
     sam_continuation,
     sam_extend,
+    sam_feed,
     sam_rehash,
     sam_reset,
+    sam_state_continuation,
 )
 
 __all__ = [
+    "best_draft_length",
+    "record_outcome",
     "EDGE_FIELDS",
     "NGRAM_META_SIZE",
     "SAM_META_SIZE",
@@ -28,6 +33,8 @@ __all__ = [
     "ngram_reset",
     "sam_continuation",
     "sam_extend",
+    "sam_feed",
     "sam_rehash",
     "sam_reset",
+    "sam_state_continuation",
 ]

@@ -1,7 +1,7 @@
 """Online suffix automaton over int32 tokens, as numba kernels on caller-owned arrays.
 
 The kernels never allocate or grow storage (except the two small result arrays of
-`sam_continuation`); `plookup.suffix_index.SuffixIndex` sizes the arrays for the
+`sam_continuation` / `sam_state_continuation`); `plookup.suffix_index.SuffixIndex` sizes the arrays for the
 worst case before each call.  Storage for a capacity of C tokens:
 
 - ``tokens``  int32[C]                  the indexed history
@@ -24,6 +24,10 @@ WALK_CAP states to keep an append O(1) amortised even on runs like "aaaa...": fo
 state within WALK_CAP link-levels of every position appended after it, COUNT and
 RECENT are exact; otherwise RECENT is still a true (not necessarily the latest)
 occurrence and COUNT a lower bound.  Histories of at most WALK_CAP tokens are exact.
+
+Besides the repeated suffix of the history itself (meta MATCH_*), `sam_feed` /
+`sam_state_continuation` match an external token stream against the indexed text (the
+cross-request memory of `plookup.memory`).
 """
 
 import numpy as np
@@ -209,23 +213,22 @@ def sam_rehash(edges, n_edges, slots):
 
 
 @njit(cache=True)
-def sam_continuation(max_len, tokens, states, edges, slots, meta):
-    """Draft what followed the most recent earlier occurrence of the match.
+def _continue_from(state, end, max_len, tokens, states, edges, slots, meta):
+    """(draft, agree) for a matched string w in `state` with an occurrence ending at `end`.
 
-    draft[k] = tokens[end + 1 + k]; agree[k] = occ(w_k + draft[k]) / followable(w_k),
-    where w_k is the matched suffix extended by draft[:k] and followable(w) counts
-    the occurrences of w that have a next token, i.e. all but one ending at n - 1.
+    draft[k] = tokens[end + 1 + k], clipped at the end of the text; agree[k] =
+    occ(w_k + draft[k]) / followable(w_k), where w_k is w extended by draft[:k] and
+    followable(w) counts the occurrences of w that have a next token, i.e. all but one
+    ending at n - 1.  Every string of a state has the same end positions, so COUNT and
+    the transitions of `state` answer for w whatever its length within the state.
     """
     n = meta[N_TOKENS]
-    end = meta[MATCH_END]
-    length = min(max_len, n - 1 - end) if meta[MATCH_LEN] >= 1 else 0
-    length = max(length, 0)
+    length = max(min(max_len, n - 1 - end), 0) if state > 0 else 0
     draft = np.empty(length, np.int32)
     agree = np.empty(length, np.float64)
-    state = meta[MATCH_STATE]
     for k in range(length):
         token = tokens[end + 1 + k]
-        # RECENT == n - 1 exactly when this position's walk reached the state, i.e.
+        # RECENT == n - 1 exactly when the last position's walk reached the state, i.e.
         # w_k ends at n - 1 and COUNT includes that unfollowable occurrence.  Past
         # WALK_CAP both are stale together, so the ratio stays consistent.
         followable = states[state, COUNT] - (1 if states[state, RECENT] == n - 1 else 0)
@@ -234,3 +237,62 @@ def sam_continuation(max_len, tokens, states, edges, slots, meta):
         # Clamp: only stale (past WALK_CAP) counts can push this outside [0, 1].
         agree[k] = min(1.0, states[state, COUNT] / max(followable, 1))
     return draft, agree
+
+
+@njit(cache=True)
+def sam_continuation(max_len, tokens, states, edges, slots, meta):
+    """Draft what followed the most recent earlier occurrence of the match.
+
+    See `_continue_from`; the match is the longest repeated suffix (meta MATCH_*).
+    """
+    state = meta[MATCH_STATE] if meta[MATCH_LEN] >= 1 else 0
+    return _continue_from(state, meta[MATCH_END], max_len, tokens, states, edges, slots, meta)
+
+
+@njit(cache=True)
+def sam_feed(new_tokens, state, length, states, edges, slots):
+    """Advance a streaming match over int64 `new_tokens`; returns the new (state, length).
+
+    (state, length) describes the longest suffix of an external token stream that occurs
+    in the indexed text: `length` tokens long, in automaton state `state` ((0, 0): the
+    empty string at the root).  Per token: follow its transition, or shorten the match
+    along suffix links (to each link's LEN) until one exists or the root is reached;
+    O(1) amortised, as `length` grows by at most 1 per token and each link step shrinks
+    it.  A token outside [0, 2**31 - 1] occurs nowhere and resets the match to the root.
+    The pair stays valid only while the text is unchanged: appending may split states.
+    """
+    for i in range(new_tokens.size):
+        token = new_tokens[i]
+        if token < 0 or token > INT32_MAX:
+            state, length = 0, 0
+            continue
+        while True:
+            edge = _find_edge(state, token, edges, slots)
+            if edge >= 0:
+                state = edges[edge, TARGET]
+                length += 1
+                break
+            if state == 0:
+                length = 0
+                break
+            state = states[state, LINK]
+            length = states[state, LEN]
+    return state, length
+
+
+@njit(cache=True)
+def sam_state_continuation(state, length, max_len, tokens, states, edges, slots, meta):
+    """(draft, agree) continuing a streaming match (see `sam_feed`) from its state's RECENT.
+
+    RECENT is the most recent end of the matched string in the text (exact within
+    WALK_CAP, else a true but possibly older occurrence); the draft is what followed it,
+    clipped at the end of the text, so it is empty when that end is the last token.
+    agree[k] is as for `sam_continuation` (`_continue_from`) and exact within WALK_CAP.
+    Here the followable correction never applies: w_k's latest end is end + k < n - 1
+    (else the draft would have stopped), so no occurrence of w_k ends at n - 1 and
+    followable(w_k) = COUNT(w_k).
+    """
+    if length < 1 or state <= 0:
+        state = 0
+    end = states[state, RECENT]
+    return _continue_from(state, end, max_len, tokens, states, edges, slots, meta)

@@ -37,13 +37,19 @@ def measure_cost_curve(
 ) -> np.ndarray:
     """cost[n - 1] = median time of an n-token decode / median time of a 1-token decode, n = 1..max_n.
 
-    Leaves `llm` reset (its cache no longer matches any prompt).
+    Shorter when n_batch or n_ctx is below max_n. Leaves `llm` reset (its cache no longer matches
+    any prompt).
     """
     vocab = llm.n_vocab()
+    # A small context (n_ctx, and with it n_batch) bounds both the batch and the context behind it;
+    # llama_cpp sizes input_ids by the requested n_ctx, llama.cpp may round n_ctx up.
+    limit = min(llm.n_ctx(), len(llm.input_ids))
+    max_n = max(1, min(max_n, llm.n_batch, limit))
+    n_context = max(0, min(CONTEXT_TOKENS, limit - max_n))
     rng = np.random.default_rng(0)
-    context = rng.integers(100, vocab, CONTEXT_TOKENS).tolist()
+    context = rng.integers(100, vocab, max(n_context, max_n)).tolist()
     llm.reset()
-    llm.eval(context)
+    llm.eval(context[:n_context])
     n_past = llm.n_tokens
     samples: list[list[float]] = [[] for _ in range(max_n)]
     # Sizes interleaved within each round, so drift in machine load is shared by all of them.

@@ -91,6 +91,9 @@ class Llama(llama_cpp.Llama):
             kwargs["swa_full"] = True
         check_gguf(model_path)
         super().__init__(model_path, *args, **kwargs)
+        # llama.cpp may round n_ctx up, but input_ids holds the requested n_ctx: create_completion
+        # sizes max_tokens <= 0 by _n_ctx, and a generation it did not cap would lose its text.
+        self._n_ctx = min(self._n_ctx, len(self.input_ids))
         self.drafter = drafter if drafter is not None else SuffixDrafter()
         self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
         if isinstance(cost_curve, str) and cost_curve == "auto":
@@ -179,6 +182,11 @@ class Llama(llama_cpp.Llama):
             raise ValueError(
                 f"prompt of {len(tokens)} tokens exceeds the context window of {self._context_limit}"
             )
+        for i, token in enumerate(tokens):
+            if not 0 <= token < self._n_vocab:  # llama_decode would only say "returned -1"
+                raise ValueError(
+                    f"token id {token} at position {i} is outside the vocabulary of {self._n_vocab}"
+                )
         self.last_stats = SpecStats()
         if logits_processor is not None:
             # A Python logits processor reads self._input_ids at every call, which during a
@@ -230,6 +238,8 @@ class Llama(llama_cpp.Llama):
                 self._truncate(n_past + 1 + accepted)  # drop the rejected draft tokens
                 stats.record_step(len(draft), accepted)
                 drafter.observe(len(draft), accepted)
+                if drafter.last_source == "memory":
+                    stats.accepted_from_memory += accepted
 
                 for i, token in enumerate(emitted):
                     # The caller may stop at any token; keep only what it has seen decoded.
@@ -243,6 +253,7 @@ class Llama(llama_cpp.Llama):
         finally:
             self._truncate(kept)
             self._requires_eval = True  # the context's logits belong to a verify batch
+            drafter.finish()  # e.g. remember this request in a cross-request memory
 
     def _verify(self, sampler, draft, n_past, stopping_criteria) -> tuple[list[int], bool]:
         """The acceptance rule, over the logits of the batch [pending, *draft] just decoded.

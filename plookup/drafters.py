@@ -6,7 +6,11 @@ Both drafters answer the same calls, so the decoder never knows which one it dri
   indexed history is a prefix of them, rebuilds otherwise);
 - ``extend(tokens)``: append verified tokens;
 - ``propose(max_draft)``: up to ``max_draft`` int32 tokens, empty when there is no match worth it;
-- ``observe(drafted, accepted)``: the verdict on the last proposal, which calibrates the policy.
+- ``observe(drafted, accepted)``: the verdict on the last proposal, which calibrates the policy;
+- ``finish()``: the generation is over (a :class:`SuffixDrafter` with a memory remembers it).
+
+``last_source`` tells where the last proposal came from: "request" (the request's own index),
+"memory" (a :class:`plookup.memory.GlobalMemory` of earlier requests) or None (nothing proposed).
 
 Each is also a ``llama_cpp.llama_speculative.LlamaDraftModel`` (``drafter(input_ids) -> draft``) for
 ``llama_cpp.Llama(draft_model=...)``, keeping its index incremental across those calls.
@@ -20,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp.llama_speculative import LlamaDraftModel
 
+from .memory import GlobalMemory
 from .ngram_index import NgramIndex
 from .policy import DraftPolicy
 from .suffix_index import SuffixIndex
@@ -40,24 +45,34 @@ class IndexDrafter(LlamaDraftModel):
         self.index = index
         self.policy = DraftPolicy(min_match=min_match)
         self._last_match_length = 0
+        self._candidate_source = "request"  # set by _candidate
+        self.last_source: str | None = None
 
     def sync(self, tokens: npt.ArrayLike) -> None:
         tokens = np.asarray(tokens, dtype=np.int32)
         n = len(self.index)
-        if n <= len(tokens) and np.array_equal(self.index.tokens, tokens[:n]):
-            self.index.extend(tokens[n:])
-        else:
-            self.index.reset()
-            self.index.extend(tokens)
+        if not (n <= len(tokens) and np.array_equal(self.index.tokens, tokens[:n])):
+            self.reset()
+            n = 0
+        self.extend(tokens[n:])
+
+    def reset(self) -> None:
+        """Forget the history."""
+        self.index.reset()
 
     def extend(self, tokens: npt.ArrayLike) -> None:
         self.index.extend(tokens)
 
+    def finish(self) -> None:
+        """The generation over the indexed history is done."""
+
     def warm_up(self) -> None:
         """Compile or load every kernel a generation calls, leaving the index empty."""
         self.sync(np.array([1, 2, 1, 2, 1], dtype=np.int32))
-        self._candidate(4)
-        self.index.reset()
+        length, _, agree = self._candidate(4)
+        self.policy.choose(max(length, self.policy.min_match), agree)
+        self.policy.observe(0, 0, 0)  # nothing drafted: loads the kernel, learns nothing
+        self.reset()
 
     def _candidate(self, max_draft: int) -> tuple[int, np.ndarray, np.ndarray]:
         """(match length, continuation tokens, per-token agreement) from the index."""
@@ -65,13 +80,16 @@ class IndexDrafter(LlamaDraftModel):
 
     def propose(self, max_draft: int) -> np.ndarray:
         self._last_match_length = 0
+        self.last_source = None
         if max_draft <= 0:
             return EMPTY_DRAFT
+        self._candidate_source = "request"
         length, draft, agree = self._candidate(max_draft)
         n = self.policy.choose(length, agree)
         if n == 0:
             return EMPTY_DRAFT
         self._last_match_length = length
+        self.last_source = self._candidate_source
         return draft[:n]
 
     def observe(self, drafted: int, accepted: int) -> None:
@@ -84,13 +102,63 @@ class IndexDrafter(LlamaDraftModel):
 
 
 class SuffixDrafter(IndexDrafter):
-    """Drafts from the longest earlier match of the whole current suffix (a suffix automaton)."""
+    """Drafts from the longest earlier match of the whole current suffix (a suffix automaton).
 
-    def __init__(self, min_match: int = 2):
+    With a ``memory`` (:class:`plookup.memory.GlobalMemory`, may be shared by several drafters),
+    the request's suffix is also matched against earlier requests, and the longer of the two
+    matches drafts (ties: the request's own). ``finish()`` adds the history to the memory;
+    ``memory_accepted`` counts the accepted tokens of memory drafts, over this drafter's life.
+    """
+
+    def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None):
         super().__init__(SuffixIndex(), min_match)
+        self.memory = memory
+        self._cursor = memory.cursor() if memory is not None else None
+        self._fed = 0  # history tokens fed to the cursor since its start
+        self.memory_accepted = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._fed = 0
+
+    def warm_up(self) -> None:
+        super().warm_up()
+        if self.memory is not None:  # the memory may not match yet: load its kernels anyway
+            scratch = GlobalMemory(8)
+            scratch.add([1, 2])
+            cursor = scratch.cursor()
+            cursor.feed([1])
+            cursor.continuation(1)
+
+    def finish(self) -> None:
+        if self.memory is not None:
+            self.memory.add(self.index.tokens)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        super().observe(drafted, accepted)
+        if self.last_source == "memory":
+            self.memory_accepted += accepted
+
+    def _memory_match(self) -> int:
+        """Catch the cursor up with the history (lazily: one kernel call per proposal) and
+        return its match length. A reset history or a changed memory restarts it."""
+        cursor = self._cursor
+        if cursor.stale or self._fed == 0 or self._fed > len(self.index):
+            cursor.start()
+            self._fed = 0
+        cursor.feed(self.index.tokens[self._fed :])
+        self._fed = len(self.index)
+        return cursor.match_length()
 
     def _candidate(self, max_draft: int):
         length, _, _ = self.index.match()
+        if self._cursor is not None:
+            memory_length = self._memory_match()
+            if memory_length > length and memory_length >= self.policy.min_match:
+                draft, agree = self._cursor.continuation(max_draft)
+                if draft.size:
+                    self._candidate_source = "memory"
+                    return memory_length, draft, agree
         if length < self.policy.min_match:
             return 0, EMPTY_DRAFT, EMPTY_DRAFT
         draft, agree = self.index.continuation(max_draft)

@@ -12,6 +12,7 @@ class SpecStats:
     forward_passes: int = 0  # llama_decode calls that produced generated tokens (prefill excluded)
     generated: int = 0  # tokens handed to the caller
     draft_seconds: float = 0.0  # time spent in the drafter
+    accepted_from_memory: int = 0  # accepted tokens drafted from a cross-request memory
     # [k] = steps whose draft had a token at position k / whose token at position k was accepted
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
@@ -36,4 +37,5 @@ class SpecStats:
             "accepted_per_position": list(self.accepted_per_position),
             "drafted_per_position": list(self.drafted_per_position),
             "draft_seconds": self.draft_seconds,
+            "accepted_from_memory": self.accepted_from_memory,
         }

@@ -112,3 +112,31 @@ class SuffixIndex:
         return sam.sam_continuation(
             max_len, self._tokens, self._states, self._edges, self._slots, self._meta
         )
+
+    # -- matching an external token stream against the indexed text (see plookup.memory)
+
+    def feed(self, tokens, state: int = 0, length: int = 0) -> tuple[int, int]:
+        """Advance a streaming match by `tokens`; returns the new (state, length).
+
+        (state, length) stands for the longest suffix of the stream fed so far that occurs
+        in the history; start from (0, 0). A token outside [0, 2**31 - 1] matches nothing.
+        The pair is only valid for the history it was computed on: any `extend` or `reset`
+        invalidates it. O(1) amortised per token.
+        """
+        state, length = sam.sam_feed(
+            as_token_array(tokens), state, length, self._states, self._edges, self._slots
+        )
+        return int(state), int(length)
+
+    def match_end(self, state: int, length: int) -> int:
+        """Most recent end index in the history of the matched string (-1 for no match)."""
+        return int(self._states[state, sam.RECENT]) if length >= 1 and state > 0 else -1
+
+    def state_continuation(self, state: int, length: int, max_len: int):
+        """(draft, agree) for a streaming match: up to `max_len` tokens that followed the
+        matched string's most recent occurrence (`match_end`), clipped at the end of the
+        history, and for each the fraction of the context's followed occurrences that
+        continued with it (exact as for `continuation`)."""
+        return sam.sam_state_continuation(
+            state, length, max_len, self._tokens, self._states, self._edges, self._slots, self._meta
+        )
