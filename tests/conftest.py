@@ -4,6 +4,13 @@ as a plookup.Llama with identical settings."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
 import llama_cpp
 import pytest
 
@@ -45,3 +52,39 @@ def kv_positions(llm: llama_cpp.Llama) -> tuple[int, int]:
     """(lowest, highest) position held in the KV cache for sequence 0 ((-1, -1) when empty)."""
     memory = llama_cpp.llama_get_memory(llm.ctx)
     return llama_cpp.llama_memory_seq_pos_min(memory, 0), llama_cpp.llama_memory_seq_pos_max(memory, 0)
+
+
+SERVER_STARTUP_SECONDS = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(alias: str, *options: str):
+    """`plookup serve` on SmolLM2 in a subprocess on 127.0.0.1: yields (base URL, process)."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "plookup.cli", "serve", "--port", str(port), "--model-alias", alias,
+        "--n-ctx", "2048", "--threads", "2", *options,
+    ]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_STARTUP_SECONDS
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/v1/models", timeout=5)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    server.kill()
+                    pytest.fail(f"plookup serve did not start:\n{server.communicate()[1][-3000:]}")
+                time.sleep(0.3)
+        yield url, server
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)

@@ -4,51 +4,23 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 
 import openai
 import pytest
 
+from conftest import serving
 from test_prediction import COUNT_PREDICTION, COUNT_PROMPT, COUNT_TEXT, FOX, FOX_PREDICTION, FOX_TEXT
 
 MODEL = "smol"
 GREEDY = dict(model=MODEL, temperature=0.0)
-STARTUP_SECONDS = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def base_url():
-    port = free_port()
-    command = [
-        sys.executable, "-m", "plookup.cli", "serve", "--port", str(port), "--model-alias", MODEL,
-        "--n-ctx", "2048", "--threads", "2",
-    ]  # fmt: skip
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/v1/models", timeout=5)
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                pytest.fail(f"plookup serve did not start:\n{server.communicate()[1][-3000:]}")
-            time.sleep(0.3)
-    yield url
-    server.terminate()
-    server.communicate(timeout=30)
+    with serving(MODEL) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")
