@@ -1,6 +1,6 @@
 """Numba kernels over numpy arrays; the classes that own the arrays live in `plookup`."""
 
-from .draft_length import best_draft_length, record_outcome
+from .draft_length import best_draft_length, best_two_branches, record_outcome
 from .ngram_hash import (
     NGRAM_META_SIZE,
     ngram_extend,
@@ -12,6 +12,7 @@ from .suffix_automaton import (
     SAM_META_SIZE,
     STATE_FIELDS,
     WALK_CAP,
+    sam_alternative,
     sam_continuation,
     sam_extend,
     sam_feed,
@@ -22,6 +23,7 @@ from .suffix_automaton import (
 
 __all__ = [
     "best_draft_length",
+    "best_two_branches",
     "record_outcome",
     "EDGE_FIELDS",
     "NGRAM_META_SIZE",
@@ -31,6 +33,7 @@ __all__ = [
     "ngram_extend",
     "ngram_rehash",
     "ngram_reset",
+    "sam_alternative",
     "sam_continuation",
     "sam_extend",
     "sam_feed",

@@ -3,6 +3,10 @@
 Expected tokens of a verify step that drafts n tokens: 1 + sum_{k<n} prod_{j<=k} q_j with
 q_j = agree[j] * hits[b] / trials[b], b the reliability bucket of match length L + j. The kernel
 returns the n maximising expected / cost(n + 1), 0 when none beats a plain step.
+
+`best_two_branches` weighs verifying a second continuation beside the first in the same batch:
+the branches share the draft up to the branch point k and are exclusive there (the target's token
+at k is at most one of them), so their expected tokens add while the batch grows by both.
 """
 
 import numpy as np
@@ -30,6 +34,12 @@ def batch_cost(n_tokens, cost):
 
 @njit(cache=True)
 def best_draft_length(match_length, agree, hits, trials, cost, min_prefix_probability):
+    return _best_single(match_length, agree, hits, trials, cost, min_prefix_probability)[0]
+
+
+@njit(cache=True, inline="always")
+def _best_single(match_length, agree, hits, trials, cost, min_prefix_probability):
+    """(n, expected tokens per cost) of the best single-branch draft; (0, 1.0) for none."""
     best_n = 0
     best_rate = 1.0  # a plain step: one token for one decode
     p_all = 1.0
@@ -44,7 +54,48 @@ def best_draft_length(match_length, agree, hits, trials, cost, min_prefix_probab
             best_rate = rate
         if p_all < min_prefix_probability:
             break
-    return best_n
+    return best_n, best_rate
+
+
+@njit(cache=True, inline="always")
+def _branch_gains(match_length, first, p_before, agree, hits, trials):
+    """gains[j]: expected accepted tokens from the first j tokens of a branch whose tokens sit at
+    draft positions first.. with agreement `agree`, reached with probability p_before."""
+    gains = np.zeros(agree.size + 1)
+    p_all = p_before
+    for j in range(agree.size):
+        b = length_bucket(match_length + first + j, hits.size)
+        p_all *= agree[j] * hits[b] / trials[b]
+        gains[j + 1] = gains[j] + p_all
+    return gains
+
+
+@njit(cache=True)
+def best_two_branches(
+    match_length, agree, branch_point, alt_agree, max_total, hits, trials, cost,
+    min_prefix_probability,
+):  # fmt: skip
+    """(n_a, n_b): verify agree's draft[:n_a] and draft[:branch_point] + alt[:n_b] together, in a
+    batch of 1 + n_a + n_b tokens, when that beats the best single-branch draft in expected tokens
+    per cost; (0, 0) otherwise. Both branches must hold at least one token past the branch point.
+    """
+    _, single_rate = _best_single(match_length, agree, hits, trials, cost, min_prefix_probability)
+    k = branch_point
+    p_shared = 1.0
+    shared = 1.0  # the target's own token, plus the shared draft tokens
+    for j in range(k):
+        b = length_bucket(match_length + j, hits.size)
+        p_shared *= agree[j] * hits[b] / trials[b]
+        shared += p_shared
+    gains_a = _branch_gains(match_length, k, p_shared, agree[k:], hits, trials)
+    gains_b = _branch_gains(match_length, k, p_shared, alt_agree, hits, trials)
+    best_a, best_b, best_rate = 0, 0, single_rate
+    for ja in range(1, gains_a.size):
+        for jb in range(1, min(gains_b.size, max_total - k - ja + 1)):
+            rate = (shared + gains_a[ja] + gains_b[jb]) / batch_cost(1 + k + ja + jb, cost)
+            if rate > best_rate:
+                best_a, best_b, best_rate = k + ja, jb, rate
+    return best_a, best_b
 
 
 @njit(cache=True)

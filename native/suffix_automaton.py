@@ -296,3 +296,52 @@ def sam_state_continuation(state, length, max_len, tokens, states, edges, slots,
         state = 0
     end = states[state, RECENT]
     return _continue_from(state, end, max_len, tokens, states, edges, slots, meta)
+
+
+@njit(cache=True)
+def sam_alternative(branch_point, max_len, tokens, states, edges, slots, meta):
+    """(draft, agree) of the runner-up continuation at `branch_point` of `sam_continuation`'s.
+
+    With w the match and x = `sam_continuation`'s draft, the context at the branch point is
+    w_k = w + x[:k] (k = branch_point < len(x)). Of w_k's out-edges other than x[k], the one
+    followed most often (ties: most recently) gives the alternative token t; the draft is t and
+    then what followed w_k + t's most recent occurrence, up to `max_len` tokens in all. agree[0]
+    = occ(w_k + t) / followable(w_k), the rest as for `_continue_from`. Empty when w_k was only
+    ever followed by x[k].
+    """
+    state = meta[MATCH_STATE] if meta[MATCH_LEN] >= 1 else 0
+    end = meta[MATCH_END]
+    n = meta[N_TOKENS]
+    if state <= 0 or max_len < 1 or branch_point < 0 or end + 1 + branch_point > n - 1:
+        return np.empty(0, np.int32), np.empty(0, np.float64)
+    for k in range(branch_point):
+        state = edges[_find_edge(state, tokens[end + 1 + k], edges, slots), TARGET]
+    taken = tokens[end + 1 + branch_point]
+    best = -1
+    e = states[state, FIRST_EDGE]
+    while e >= 0:
+        target = edges[e, TARGET]
+        if edges[e, TOKEN] != taken and (
+            best < 0
+            or states[target, COUNT] > states[edges[best, TARGET], COUNT]
+            or (
+                states[target, COUNT] == states[edges[best, TARGET], COUNT]
+                and states[target, RECENT] > states[edges[best, TARGET], RECENT]
+            )
+        ):
+            best = e
+        e = edges[e, NEXT]
+    if best < 0:
+        return np.empty(0, np.int32), np.empty(0, np.float64)
+    target = edges[best, TARGET]
+    followable = states[state, COUNT] - (1 if states[state, RECENT] == n - 1 else 0)
+    rest, rest_agree = _continue_from(
+        target, states[target, RECENT], max_len - 1, tokens, states, edges, slots, meta
+    )
+    draft = np.empty(rest.size + 1, np.int32)
+    agree = np.empty(rest.size + 1, np.float64)
+    draft[0] = edges[best, TOKEN]
+    agree[0] = min(1.0, states[target, COUNT] / max(followable, 1))
+    draft[1:] = rest
+    agree[1:] = rest_agree
+    return draft, agree

@@ -19,6 +19,13 @@ Sampling sequentially through the chain also means penalties and grammars see ve
 Rejected draft tokens are removed from the KV cache, so after every step the cache holds exactly
 ``input_ids[:n_tokens]``: the prompt and every emitted token except the newest, which is "pending"
 and decoded at the head of the next step.
+
+When the drafter proposes a second branch (``drafter.alternative``: the draft forks at position k),
+both are verified in the same ``llama_decode``: [pending + draft[:k]] on sequences {0, 1}, the rest
+of the draft on sequence 0 and the alternative on sequence 1, at the same positions. Acceptance
+walks the draft; if the target's token at k is the alternative's instead, it walks on along the
+alternative's rows. Each position is still sampled once, so the rule above stays exact. The branch
+taken ends up on sequence 0 and sequence 1 is emptied.
 """
 
 from __future__ import annotations
@@ -30,9 +37,10 @@ import warnings
 from typing import Generator, Optional, Sequence
 
 import llama_cpp
+import llama_cpp._internals as internals
 import numpy as np
 
-from .batch import fill_batch
+from .batch import fill_batch, fill_two_branch_batch
 from .costcache import cached_cost_curve
 from .drafters import IndexDrafter, SuffixDrafter
 from .policy import validate_cost_curve
@@ -94,6 +102,7 @@ class Llama(llama_cpp.Llama):
         # llama.cpp may round n_ctx up, but input_ids holds the requested n_ctx: create_completion
         # sizes max_tokens <= 0 by _n_ctx, and a generation it did not cap would lose its text.
         self._n_ctx = min(self._n_ctx, len(self.input_ids))
+        self._recreate_context_with_two_sequences()
         self.drafter = drafter if drafter is not None else SuffixDrafter()
         self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
         if isinstance(cost_curve, str) and cost_curve == "auto":
@@ -103,6 +112,27 @@ class Llama(llama_cpp.Llama):
         self.max_draft = max_draft
         self.last_stats = SpecStats()
         self._prediction_tokens: list[int] = []  # indexed ahead of the next generation's prompt
+
+    def _recreate_context_with_two_sequences(self) -> None:
+        """Two-branch verification needs a second sequence id, sharing cells with the first
+        (kv_unified: a split cache would also halve each sequence's context). llama_cpp.Llama
+        offers no such parameter, so its context is replaced by one that has them."""
+        params = self.context_params
+        if params.n_seq_max >= 2 and params.kv_unified:
+            return  # e.g. llama_cpp's embedding mode already made one
+        params.n_seq_max = 2
+        params.kv_unified = True
+        self._ctx.close()  # free the first cache before allocating the second
+        self._ctx = self._stack.enter_context(
+            contextlib.closing(
+                internals.LlamaContext(model=self._model, params=params, verbose=self.verbose)
+            )
+        )
+        if self._lora_adapter is not None:
+            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(self._lora_adapter)
+            scales = (ctypes.c_float * 1)(self.lora_scale)
+            if llama_cpp.llama_set_adapters_lora(self._ctx.ctx, adapters, 1, scales):
+                raise RuntimeError(f"Failed to set LoRA adapter from lora path: {self.lora_path}")
 
     # -- the public entry points keep llama_cpp's signatures; completions gain usage["speculative"]
     # and an optional OpenAI-style `prediction` (see plookup.prediction)
@@ -232,8 +262,14 @@ class Llama(llama_cpp.Llama):
                 draft = drafter.propose(min(self.max_draft, room, self.n_batch - 1))
                 stats.draft_seconds += time.perf_counter() - t0
 
-                self._decode_all_logits([pending, *draft.tolist()], n_past)
-                emitted, stopped = self._verify(sampler, draft, n_past, stopping_criteria)
+                if drafter.alternative is None:
+                    self._decode_all_logits([pending, *draft.tolist()], n_past)
+                    emitted, stopped = self._verify(sampler, draft, n_past, stopping_criteria)
+                else:
+                    draft, emitted, stopped = self._verify_two_branches(
+                        sampler, pending, draft.tolist(), drafter.alternative, n_past,
+                        stopping_criteria,
+                    )  # fmt: skip
                 accepted = len(emitted) if stopped else len(emitted) - 1
                 self._truncate(n_past + 1 + accepted)  # drop the rejected draft tokens
                 stats.record_step(len(draft), accepted)
@@ -255,23 +291,66 @@ class Llama(llama_cpp.Llama):
             self._requires_eval = True  # the context's logits belong to a verify batch
             drafter.finish()  # e.g. remember this request in a cross-request memory
 
-    def _verify(self, sampler, draft, n_past, stopping_criteria) -> tuple[list[int], bool]:
+    def _verify(
+        self, sampler, draft, n_past, stopping_criteria, alternative=None
+    ) -> tuple[list[int], bool]:
         """The acceptance rule, over the logits of the batch [pending, *draft] just decoded.
 
         Returns the emitted tokens (the accepted draft prefix, then the target's own token) and
-        whether a stopping criterion ended the generation.
+        whether a stopping criterion ended the generation. ``alternative``: (k, branch, rows) when
+        the batch also holds the fork draft[:k] + branch, its logits after draft[:k] + branch[:j]
+        at batch row rows[k + j]; the walk switches to it when the target's token at k is branch[0].
         """
         emitted: list[int] = []
-        for i in range(len(draft) + 1):
-            token = sampler.sample(self._ctx, i)  # y ~ p(· | prefix + draft[:i]); greedy: argmax
+        rows = range(len(draft) + 1)  # batch row of the logits after draft[:i]
+        i = 0
+        while True:
+            row = rows[i]
+            token = sampler.sample(self._ctx, row)  # y ~ p(· | prefix + draft[:i]); greedy: argmax
             if stopping_criteria is not None and stopping_criteria(
-                self.input_ids[: n_past + 1 + i], self._logits_row(i)
+                self.input_ids[: n_past + 1 + i], self._logits_row(row)
             ):
                 return emitted, True  # like llama_cpp: the token that tripped it is dropped
             emitted.append(token)
+            if alternative is not None and i == alternative[0] and token == alternative[1][0]:
+                k, branch, rows = alternative
+                draft = [*draft[:k], *branch]
+                self.input_ids[n_past + 1 + k : n_past + 1 + len(draft)] = branch
             if i == len(draft) or token != draft[i]:
                 break  # y != x: the draft is rejected from here on, y is the correction
+            i += 1
         return emitted, False
+
+    def _verify_two_branches(self, sampler, pending, draft, alternative, n_past, stopping_criteria):
+        """Decode and verify `draft` and the fork draft[:k] + branch (``alternative = (k, branch)``)
+        in one batch on sequences 0 and 1; leave the branch taken on sequence 0, nothing on 1.
+
+        Returns (the path taken: draft or the fork, emitted tokens, stopped).
+        """
+        k, branch = alternative[0], alternative[1].tolist()
+        memory = self._ctx.memory
+        fork = n_past + 1 + k  # first position where the branches differ
+        llama_cpp.llama_memory_seq_cp(memory, 0, 1, -1, -1)  # the branches share the whole prefix
+        try:
+            fill_two_branch_batch(self, [pending, *draft[:k]], draft[k:], branch, n_past)
+            self._ctx.decode(self._batch)
+            self.input_ids[n_past : n_past + 1 + len(draft)] = [pending, *draft]
+            self.n_tokens = n_past + 1 + len(draft)
+            # rows[i]: the logits after fork[:i]; the fork's own rows follow the draft's.
+            rows = [*range(k + 1), *range(len(draft) + 1, len(draft) + 1 + len(branch))]
+            emitted, stopped = self._verify(
+                sampler, draft, n_past, stopping_criteria, (k, branch, rows)
+            )
+            self.last_stats.branch_steps += 1
+            if len(emitted) > k and emitted[k] == branch[0]:
+                self.last_stats.alternative_taken += 1
+                llama_cpp.llama_memory_seq_rm(memory, 0, fork, -1)
+                llama_cpp.llama_memory_seq_cp(memory, 1, 0, fork, -1)
+                draft = [*draft[:k], *branch]
+                self.n_tokens = n_past + 1 + len(draft)
+        finally:
+            llama_cpp.llama_memory_seq_rm(memory, 1, -1, -1)
+        return np.asarray(draft, dtype=np.int32), emitted, stopped
 
     def _prefill(self, prompt: list[int]) -> None:
         """Make the cache hold exactly `prompt`, reusing the longest cached prefix."""

@@ -11,6 +11,8 @@ Both drafters answer the same calls, so the decoder never knows which one it dri
 
 ``last_source`` tells where the last proposal came from: "request" (the request's own index),
 "memory" (a :class:`plookup.memory.GlobalMemory` of earlier requests) or None (nothing proposed).
+``alternative`` is None, or ``(k, tokens)``: a second branch, ``draft[:k] + tokens``, that the
+policy found worth verifying beside the draft in the same batch (``DraftPolicy.choose_branches``).
 
 Each is also a ``llama_cpp.llama_speculative.LlamaDraftModel`` (``drafter(input_ids) -> draft``) for
 ``llama_cpp.Llama(draft_model=...)``, keeping its index incremental across those calls.
@@ -47,6 +49,7 @@ class IndexDrafter(LlamaDraftModel):
         self._last_match_length = 0
         self._candidate_source = "request"  # set by _candidate
         self.last_source: str | None = None
+        self.alternative: tuple[int, np.ndarray] | None = None
 
     def sync(self, tokens: npt.ArrayLike) -> None:
         tokens = np.asarray(tokens, dtype=np.int32)
@@ -68,9 +71,10 @@ class IndexDrafter(LlamaDraftModel):
 
     def warm_up(self) -> None:
         """Compile or load every kernel a generation calls, leaving the index empty."""
-        self.sync(np.array([1, 2, 1, 2, 1], dtype=np.int32))
-        length, _, agree = self._candidate(4)
+        self.sync(np.array([1, 2, 4, 1, 2, 5, 1, 2], dtype=np.int32))  # "1 2" is followed by 4 or 5
+        length, draft, agree = self._candidate(4)
         self.policy.choose(max(length, self.policy.min_match), agree)
+        self._branch(max(length, self.policy.min_match), draft, agree, 4)
         self.policy.observe(0, 0, 0)  # nothing drafted: loads the kernel, learns nothing
         self.reset()
 
@@ -78,14 +82,35 @@ class IndexDrafter(LlamaDraftModel):
         """(match length, continuation tokens, per-token agreement) from the index."""
         raise NotImplementedError
 
+    def _alternative(self, branch_point: int, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, agree) of the runner-up continuation at the candidate's branch point."""
+        return EMPTY_DRAFT, EMPTY_DRAFT
+
+    def _branch(self, length: int, draft: np.ndarray, agree: np.ndarray, max_draft: int):
+        """(n, alternative) when a second branch at the candidate's first uncertain token pays
+        beside draft[:n], else None."""
+        uncertain = np.flatnonzero(agree < 1.0)
+        if uncertain.size == 0:
+            return None
+        k = int(uncertain[0])
+        alt, alt_agree = self._alternative(k, max_draft - k - 1)  # leave draft[k] a place
+        n_a, n_b = self.policy.choose_branches(length, agree, k, alt_agree, max_draft)
+        if n_a == 0:
+            return None
+        return n_a, (k, alt[:n_b])
+
     def propose(self, max_draft: int) -> np.ndarray:
         self._last_match_length = 0
         self.last_source = None
+        self.alternative = None
         if max_draft <= 0:
             return EMPTY_DRAFT
         self._candidate_source = "request"
         length, draft, agree = self._candidate(max_draft)
         n = self.policy.choose(length, agree)
+        branch = self._branch(length, draft, agree, max_draft)
+        if branch is not None:
+            n, self.alternative = branch
         if n == 0:
             return EMPTY_DRAFT
         self._last_match_length = length
@@ -149,6 +174,11 @@ class SuffixDrafter(IndexDrafter):
         cursor.feed(self.index.tokens[self._fed :])
         self._fed = len(self.index)
         return cursor.match_length()
+
+    def _alternative(self, branch_point: int, max_len: int):
+        if self._candidate_source != "request":
+            return EMPTY_DRAFT, EMPTY_DRAFT  # the memory's cursor drafts a single branch
+        return self.index.alternative(branch_point, max_len)
 
     def _candidate(self, max_draft: int):
         length, _, _ = self.index.match()

@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from plookup.native.draft_length import batch_cost, best_draft_length, length_bucket, record_outcome
+from plookup.native.draft_length import (
+    batch_cost,
+    best_draft_length,
+    best_two_branches,
+    length_bucket,
+    record_outcome,
+)
 
 # Match lengths are bucketed; reliability is learnt per bucket. Bucket b holds lengths [2^b, 2^(b+1)).
 N_BUCKETS = 8
@@ -73,6 +79,25 @@ class DraftPolicy:
         return best_draft_length(
             match_length, agree, self._hits, self._trials, self.cost, MIN_PREFIX_PROBABILITY
         )
+
+    def choose_branches(
+        self, match_length: int, agree: np.ndarray, branch_point: int, alt_agree: np.ndarray,
+        max_total: int,
+    ) -> tuple[int, int]:  # fmt: skip
+        """(n_a, n_b): verify draft[:n_a] and, beside it in the same batch, the alternative
+        branch draft[:branch_point] + alt[:n_b] (at most max_total draft tokens in all), when
+        that beats the best single draft in expected tokens per cost; (0, 0) otherwise.
+
+        The branches are exclusive at the branch point, so the expected tokens of the two add:
+        the shared prefix's, then each branch's agreement × reliability products.
+        """
+        if match_length < self.min_match or alt_agree.size == 0:
+            return 0, 0
+        n_a, n_b = best_two_branches(
+            match_length, agree, branch_point, alt_agree, max_total, self._hits, self._trials,
+            self.cost, MIN_PREFIX_PROBABILITY,
+        )  # fmt: skip
+        return int(n_a), int(n_b)
 
     def observe(self, match_length: int, drafted: int, accepted: int) -> None:
         """Record that `accepted` of `drafted` tokens proposed from a match of this length were kept."""

@@ -13,6 +13,9 @@ class SpecStats:
     generated: int = 0  # tokens handed to the caller
     draft_seconds: float = 0.0  # time spent in the drafter
     accepted_from_memory: int = 0  # accepted tokens drafted from a cross-request memory
+    # steps that verified two branches in one batch (drafted/accepted count the branch taken)
+    branch_steps: int = 0
+    alternative_taken: int = 0  # of those, steps where the target followed the second branch
     # [k] = steps whose draft had a token at position k / whose token at position k was accepted
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
@@ -38,4 +41,6 @@ class SpecStats:
             "drafted_per_position": list(self.drafted_per_position),
             "draft_seconds": self.draft_seconds,
             "accepted_from_memory": self.accepted_from_memory,
+            "branch_steps": self.branch_steps,
+            "alternative_taken": self.alternative_taken,
         }

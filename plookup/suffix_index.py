@@ -113,6 +113,14 @@ class SuffixIndex:
             max_len, self._tokens, self._states, self._edges, self._slots, self._meta
         )
 
+    def alternative(self, branch_point: int, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """(draft, agree) of the runner-up to `continuation`'s token at `branch_point`: the
+        context's most frequent other next token, then what followed it most recently; up to
+        `max_len` tokens, empty when the context was never followed by another token."""
+        return sam.sam_alternative(
+            branch_point, max_len, self._tokens, self._states, self._edges, self._slots, self._meta
+        )
+
     # -- matching an external token stream against the indexed text (see plookup.memory)
 
     def feed(self, tokens, state: int = 0, length: int = 0) -> tuple[int, int]:
