@@ -208,9 +208,9 @@ class Llama(llama_cpp.Llama):
         tokens = list(tokens) if reset else [*self._input_ids.tolist(), *tokens]
         if not tokens:
             raise ValueError("empty prompt: generation needs at least one token")
-        if len(tokens) > self._context_limit:
+        if len(tokens) > self._n_ctx:
             raise ValueError(
-                f"prompt of {len(tokens)} tokens exceeds the context window of {self._context_limit}"
+                f"prompt of {len(tokens)} tokens exceeds the context window of {self._n_ctx}"
             )
         for i, token in enumerate(tokens):
             if not 0 <= token < self._n_vocab:  # llama_decode would only say "returned -1"
@@ -232,11 +232,6 @@ class Llama(llama_cpp.Llama):
             return
         yield from self._speculate(tokens, sampling, stopping_criteria, grammar)
 
-    @property
-    def _context_limit(self) -> int:
-        # llama.cpp may round n_ctx up, but llama_cpp.Llama sizes input_ids by the requested n_ctx.
-        return min(self._n_ctx, len(self.input_ids))
-
     # -- the speculative loop
 
     def _speculate(self, tokens, sampling, stopping_criteria, grammar):
@@ -246,7 +241,7 @@ class Llama(llama_cpp.Llama):
         stats = self.last_stats
         drafter = self.drafter
         # A prediction is history the drafter may continue a match into; this generation only.
-        drafter.sync([*self._prediction_tokens, *tokens])
+        drafter.start([*self._prediction_tokens, *tokens])
         self._prediction_tokens = []
         pending = tokens[-1]
         kept = self.n_tokens  # cache entries that stay valid whatever happens next
@@ -255,7 +250,7 @@ class Llama(llama_cpp.Llama):
                 n_past = self.n_tokens
                 # Draft tokens that fit behind `pending` so that prompt + output stays <= n_ctx,
                 # as llama_cpp caps it (the token sampled last is never evaluated).
-                room = self._context_limit - n_past - 2
+                room = self._n_ctx - n_past - 2
                 if room < 0:
                     return  # context full: the caller reports finish_reason "length"
                 t0 = time.perf_counter()

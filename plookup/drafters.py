@@ -2,6 +2,7 @@
 
 Both drafters answer the same calls, so the decoder never knows which one it drives:
 
+- ``start(tokens)``: a new generation: ``sync(tokens)`` and reset the policy's calibration;
 - ``sync(tokens)``: make the index hold exactly ``tokens`` (appends only the new suffix when the
   indexed history is a prefix of them, rebuilds otherwise);
 - ``extend(tokens)``: append verified tokens;
@@ -50,6 +51,11 @@ class IndexDrafter(LlamaDraftModel):
         self._candidate_source = "request"  # set by _candidate
         self.last_source: str | None = None
         self.alternative: tuple[int, np.ndarray] | None = None
+
+    def start(self, tokens: npt.ArrayLike) -> None:
+        """A new generation over `tokens`: sync the index, calibrate afresh."""
+        self.sync(tokens)
+        self.policy.start_request()
 
     def sync(self, tokens: npt.ArrayLike) -> None:
         tokens = np.asarray(tokens, dtype=np.int32)

@@ -11,8 +11,8 @@ makes the step slower than plain decoding, on a GPU it is almost free.
 
 P(token k accepted | tokens before it accepted) is estimated as ``agree[k] * reliability(L + k)``:
 ``agree`` is the index's own statistic (how often this context was followed by this token), and
-``reliability`` is how often a match of that length was right before, calibrated online from the
-accept/reject outcomes the decoder reports back through :meth:`DraftPolicy.observe`.
+``reliability`` is how often a match of that length was right before in this request, calibrated
+online from the accept/reject outcomes the decoder reports back through :meth:`DraftPolicy.observe`.
 """
 
 from __future__ import annotations
@@ -60,6 +60,11 @@ class DraftPolicy:
             raise ValueError(f"min_match must be >= 1, got {min_match}")
         self.min_match = int(min_match)
         self.cost = validate_cost_curve(cost)
+        self.start_request()
+
+    def start_request(self) -> None:
+        """Go back to the prior: each request calibrates on its own outcomes (a code edit and a
+        free-form answer that follows it on the same model accept drafts at very different rates)."""
         lengths = 2.0 ** np.arange(N_BUCKETS) * 1.5  # a representative length per bucket
         self._hits = PRIOR_WEIGHT * lengths / (lengths + PRIOR_SHAPE)
         self._trials = np.full(N_BUCKETS, PRIOR_WEIGHT)
