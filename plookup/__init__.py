@@ -7,7 +7,8 @@ batch. The output is what the model alone would produce.
 
 from .decoder import Llama
 from .drafters import NgramDrafter, SuffixDrafter
+from .memory import GlobalMemory
 from .models import gemma3_path, smollm2_path
 from .stats import SpecStats
 
-__all__ = ["Llama", "SuffixDrafter", "NgramDrafter", "SpecStats", "smollm2_path", "gemma3_path"]
+__all__ = ["Llama", "SuffixDrafter", "NgramDrafter", "GlobalMemory", "SpecStats", "smollm2_path", "gemma3_path"]
