@@ -26,6 +26,8 @@ worst case (every n-gram new: n_max - n_min + 1 keys per token) at load factor
 import numpy as np
 from numba import njit
 
+from .token_range import first_out_of_range
+
 EMPTY_KEY = np.uint64(0)
 
 # entries / earlier columns
@@ -38,7 +40,6 @@ N_ENTRIES = 1
 MATCH_N = 2  # largest n whose n-gram at the last position occurred earlier, 0 if none
 NGRAM_META_SIZE = 3
 
-INT32_MAX = 2**31 - 1
 _POLY_BASE = np.uint64(0x100000001B3)  # FNV-64 prime: odd, so multiplication is a bijection
 _FMIX_1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
@@ -112,9 +113,9 @@ def ngram_extend(new_tokens, n_min, n_max, tokens, keys, entries, earlier, meta)
     Returns -1, or the index of the first token outside [0, 2**31 - 1], in which
     case nothing is appended.
     """
-    for i in range(new_tokens.size):
-        if new_tokens[i] < 0 or new_tokens[i] > INT32_MAX:
-            return i
+    bad = first_out_of_range(new_tokens)
+    if bad >= 0:
+        return bad
     for i in range(new_tokens.size):
         _append(np.int32(new_tokens[i]), n_min, n_max, tokens, keys, entries, earlier, meta)
     return -1

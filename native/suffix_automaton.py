@@ -33,6 +33,8 @@ cross-request memory of `plookup.memory`).
 import numpy as np
 from numba import njit
 
+from .token_range import INT32_MAX, first_out_of_range
+
 WALK_CAP = 256
 
 # states columns
@@ -61,7 +63,6 @@ MATCH_END = 6  # most recent earlier end of that suffix, -1 if none
 MATCH_COUNT = 7  # earlier occurrences of that suffix
 SAM_META_SIZE = 8
 
-INT32_MAX = 2**31 - 1
 _FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -197,9 +198,9 @@ def sam_extend(new_tokens, tokens, states, edges, slots, meta):
     Returns -1, or the index of the first token outside [0, 2**31 - 1], in which
     case nothing is appended.
     """
-    for i in range(new_tokens.size):
-        if new_tokens[i] < 0 or new_tokens[i] > INT32_MAX:
-            return i
+    bad = first_out_of_range(new_tokens)
+    if bad >= 0:
+        return bad
     for i in range(new_tokens.size):
         _append(np.int32(new_tokens[i]), tokens, states, edges, slots, meta)
     return -1

@@ -10,12 +10,13 @@ import numpy as np
 
 from plookup.native import ngram_hash as ngh
 from plookup.suffix_index import as_token_array, raise_bad_token
+from plookup.token_arrays import TokenArrays
 
 MAX_N = 64
 _INITIAL_SLOTS = 16
 
 
-class NgramIndex:
+class NgramIndex(TokenArrays):
     """For each n in [n_min, n_max]: where and how often the last n tokens occurred before."""
 
     def __init__(self, n_min: int = 1, n_max: int = 8, capacity: int = 1024) -> None:
@@ -36,19 +37,8 @@ class NgramIndex:
     def __len__(self) -> int:
         return int(self._meta[ngh.N_TOKENS])
 
-    @property
-    def tokens(self) -> np.ndarray:
-        """Read-only int32 view of the history (stays valid, but stale, after growth)."""
-        view = self._tokens[: len(self)]
-        view.flags.writeable = False
-        return view
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the index's arrays."""
-        return sum(
-            a.nbytes for a in (self._tokens, self._keys, self._entries, self._earlier, self._meta)
-        )
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return self._tokens, self._keys, self._entries, self._earlier, self._meta
 
     def _reserve(self, new_count: int) -> None:
         """Room for `new_count` more tokens, and their worst-case new keys at load <= 0.5."""

@@ -11,6 +11,8 @@ import numpy as np
 
 from plookup.native import suffix_automaton as sam
 
+from plookup.token_arrays import TokenArrays
+
 
 def as_token_array(tokens) -> np.ndarray:
     """`tokens` (an int sequence or array) as a 1-D int64 array; ValueError otherwise.
@@ -35,7 +37,7 @@ def _slot_count(capacity: int) -> int:
     return 1 << (6 * capacity - 1).bit_length()
 
 
-class SuffixIndex:
+class SuffixIndex(TokenArrays):
     """Longest repeated suffix of a growing token history, and what followed it."""
 
     def __init__(self, capacity: int = 1024) -> None:
@@ -67,19 +69,8 @@ class SuffixIndex:
     def __len__(self) -> int:
         return int(self._meta[sam.N_TOKENS])
 
-    @property
-    def tokens(self) -> np.ndarray:
-        """Read-only int32 view of the history (stays valid, but stale, after growth)."""
-        view = self._tokens[: len(self)]
-        view.flags.writeable = False
-        return view
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the index's arrays."""
-        return sum(
-            a.nbytes for a in (self._tokens, self._states, self._edges, self._slots, self._meta)
-        )
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return self._tokens, self._states, self._edges, self._slots, self._meta
 
     def extend(self, tokens) -> None:
         new_tokens = as_token_array(tokens)
