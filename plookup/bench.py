@@ -15,7 +15,14 @@ import platform
 import sys
 
 from . import bench_report
-from .bench_measure import BASELINE, pairwise_speedups, run_interleaved, summarize, system_overview
+from .bench_measure import (
+    BASELINE,
+    geometric_mean,
+    pairwise_speedups,
+    run_interleaved,
+    summarize,
+    system_overview,
+)
 from .bench_systems import IN_PROCESS_SYSTEMS
 
 DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
@@ -83,6 +90,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     note("measuring the verify-cost curve")
     cost = measure_cost_curve(reference_llm, max_n=args.max_draft + 1)
     best_n, oracle = oracle_speedup(cost)
+    cases = [(name, prompts[name], references[name][0]) for name in prompts]
+    bounds = replay_bounds(cases, kinds, cost, args.max_draft)
     note("timing the drafters without the model")
     drafter_us = drafter_costs(reference_llm, REPLAY_DRAFTERS, args.max_draft)
     eos = reference_llm.token_eos()
@@ -111,6 +120,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(bench_report.overview_table(overview, len(kinds)))
     print("\nend-to-end speedup, row over column (geometric mean over all workloads):")
     print(bench_report.pairwise_table(pairs))
+    if bounds:
+        print("\nthe drafters replayed on plain decoding's copy outputs, speed modelled by the cost curve:")
+        for name, bound in bounds.items():
+            print(f"  {name:8s} {bound['modelled']:.2f}x as sized by plookup's policy, "
+                  f"{bound['oracle_length']:.2f}x sized by an oracle that knows how many are accepted")
     print("\nacceptance by draft position, copy workloads:")
     print("\n".join(bench_report.acceptance_lines(summary, copy)))
     print("\ndrafter time per step (extend 1 token + propose), by tokens indexed:")
@@ -123,6 +137,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             n_ctx=args.n_ctx, threads=args.threads, max_draft=args.max_draft, max_tokens=max_tokens,
             temperature=args.temperature, drafter_us_per_step=drafter_us,
             repeats=repeats, cost_curve=cost.tolist(), oracle=dict(best_n=best_n, speedup=oracle),
+            replay_bounds=bounds,
             workloads=[dict(name=w.name, kind=w.kind, messages=w.messages, prompt_tokens=prompts[w.name],
                             reference_tokens=references[w.name][0], gaps=references[w.name][1])
                        for w in workloads],
@@ -153,23 +168,57 @@ def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
     return started
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
+def sized_drafter(name: str, cost):
+    """A fresh drafter of that name whose policy sizes drafts for the cost curve `cost`."""
     from .cli import make_drafter
-    from .replay import load_recorded, modelled_speedup, replay
+    from .policy import validate_cost_curve
+
+    drafter = make_drafter(name)
+    if cost is not None:
+        drafter.policy.cost = validate_cost_curve(cost)
+    return drafter
+
+
+def replay_bounds(cases, kinds: dict[str, str], cost, max_draft: int) -> dict[str, dict[str, float]]:
+    """Per drafter, over the copy cases: the geometric-mean modelled speedup of its drafts on the
+    recorded outputs, and of the same drafts sized by an oracle."""
+    from .replay import replay_speedups
+
+    bounds = {}
+    for drafter_name in REPLAY_DRAFTERS:
+        modelled, oracle = [], []
+        for name, prompt, output in cases:
+            if kinds[name] == "copy":
+                _, m, o = replay_speedups(lambda: sized_drafter(drafter_name, cost), prompt, output, max_draft, cost)
+                modelled.append(m)
+                oracle.append(o)
+        if modelled:
+            bounds[drafter_name] = dict(modelled=geometric_mean(modelled), oracle_length=geometric_mean(oracle))
+    return bounds
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import load_recorded, replay, replay_speedups
 
     cases, cost = load_recorded(args.replay)
     header = ["workload", "drafter", "tokens", "drafted", "accepted", "mean acc", "passes/tok"]
-    header += ["modelled x"] if cost is not None else []
+    # With the recorded cost curve: the drafter's speed, and an oracle's that sizes the same
+    # drafts exactly (what the length policy could reach at best).
+    header += ["modelled x", "oracle-length x"] if cost is not None else []
     rows = []
     for drafter_name in REPLAY_DRAFTERS:
         for name, prompt, output in cases:
-            stats, lengths = replay(make_drafter(drafter_name), prompt, output, args.max_draft)
+            make = lambda: sized_drafter(drafter_name, cost)  # noqa: E731
+            if cost is not None:
+                stats, modelled, oracle = replay_speedups(make, prompt, output, args.max_draft, cost)
+            else:
+                stats, _ = replay(make(), prompt, output, args.max_draft)
             steps_with_draft = stats.drafted_per_position[0] if stats.drafted_per_position else 0
             row = [name, drafter_name, str(stats.generated), str(stats.drafted), str(stats.accepted),
                    f"{stats.accepted / steps_with_draft if steps_with_draft else 0:.2f}",
                    f"{stats.forward_passes / max(1, stats.generated):.2f}"]  # fmt: skip
             if cost is not None:
-                row.append(f"{modelled_speedup(lengths, stats.generated, cost):.2f}")
+                row += [f"{modelled:.2f}", f"{oracle:.2f}"]
             rows.append(row)
     print(bench_report.grid(header, rows))
     return 0

@@ -105,6 +105,12 @@ class IndexDrafter(LlamaDraftModel):
             return None
         return n_a, (k, alt[:n_b])
 
+    def candidate(self, max_draft: int) -> np.ndarray:
+        """The index's continuation of up to `max_draft` tokens before the policy sizes it
+        (`plookup.replay` measures the policy against an oracle that sizes it right)."""
+        self._candidate_source = "request"
+        return self._candidate(max_draft)[1]
+
     def propose(self, max_draft: int) -> np.ndarray:
         self._last_match_length = 0
         self.last_source = None

@@ -191,6 +191,9 @@ class ScriptedDrafter:
     def propose(self, max_draft):
         return self.drafts.pop(0)[:max_draft]
 
+    def candidate(self, max_draft):  # an unsized draft, for the oracle-length replay
+        return self.propose(max_draft)
+
     def observe(self, drafted, accepted):
         self.calls.append(("observe", drafted, accepted))
 
@@ -214,6 +217,15 @@ def test_replay_accepts_the_matching_prefix_and_advances_past_the_models_token()
     assert modelled_speedup(lengths, 5, np.array([1.0, 1.5, 2.0, 2.5])) == pytest.approx(5 / 5.5)
 
 
+def test_oracle_length_replay_drafts_only_what_the_model_accepts():
+    drafter = ScriptedDrafter([[4, 5, 9], [0], [8, 1]])
+    stats, lengths = replay(drafter, [1, 2, 3], [4, 5, 6, 7, 8], max_draft=8, oracle_length=True)
+    assert lengths == [2, 0, 1]  # [4, 5] of [4, 5, 9], nothing of the wrong [0], [8] of [8, 1]
+    assert (stats.drafted, stats.accepted, stats.forward_passes, stats.generated) == (3, 3, 3, 5)
+    # The policy's drafts of the previous test cost 5.5 decodes; the oracle's 2 + 1 + 1.5.
+    assert modelled_speedup(lengths, 5, np.array([1.0, 1.5, 2.0, 2.5])) == pytest.approx(5 / 4.5)
+
+
 def test_recorded_drafts_are_scored_against_the_output():
     assert accepted_length([4, 5, 9], [4, 5, 6]) == 2 and accepted_length([], [1]) == 0
     stats = score_drafts([(1, [5, 6, 0]), (3, [7, 8, 9])], [4, 5, 6, 7, 8])
@@ -228,6 +240,7 @@ def test_replay_command_reads_jsonl(tmp_path, capsys):
     assert cli.main(["bench", "--replay", str(path)]) == 0
     out = capsys.readouterr().out
     assert "echo" in out and "suffix" in out and "ngram" in out
+    assert "oracle-length" not in out  # JSONL records no cost curve to model speed with
 
 
 def test_bad_replay_line_names_the_line(tmp_path):
@@ -274,6 +287,8 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys):
     result = json.loads(out_json.read_text())
     assert len(result["cost_curve"]) == 7 and result["cost_curve"][0] == 1.0
     assert result["oracle"]["speedup"] >= 1.0
+    assert "sized by an oracle" in table and set(result["replay_bounds"]) == {"suffix", "ngram"}
+    assert all(b["modelled"] > 0 and b["oracle_length"] >= 1.0 for b in result["replay_bounds"].values())
     assert set(result["summary"]) == {"plain", "pld", "plookup-suffix", "plookup-ngram"}
     for system, per_workload in result["summary"].items():
         for name, s in per_workload.items():
