@@ -237,6 +237,7 @@ class Llama(llama_cpp.Llama):
     def _speculate(self, tokens, sampling, stopping_criteria, grammar):
         self._mirostat_mu = ctypes.c_float(2.0 * sampling["mirostat_tau"])
         self._sampler = sampler = self._init_sampler(grammar=grammar, **sampling)
+        self._samples_randomly = sampling["temp"] != 0  # llama_cpp: 0 is greedy, < 0 samples too
         self._prefill(tokens[:-1])
         stats = self.last_stats
         drafter = self.drafter
@@ -302,6 +303,9 @@ class Llama(llama_cpp.Llama):
         while True:
             row = rows[i]
             token = sampler.sample(self._ctx, row)  # y ~ p(· | prefix + draft[:i]); greedy: argmax
+            if self._samples_randomly:  # how often y is the argmax scales the policy's prior
+                most_likely = int(np.argmax(self._logits_row(row)))
+                self.drafter.observe_sampling(1, int(token == most_likely))
             if stopping_criteria is not None and stopping_criteria(
                 self.input_ids[: n_past + 1 + i], self._logits_row(row)
             ):

@@ -8,6 +8,8 @@ Both drafters answer the same calls, so the decoder never knows which one it dri
 - ``extend(tokens)``: append verified tokens;
 - ``propose(max_draft)``: up to ``max_draft`` int32 tokens, empty when there is no match worth it;
 - ``observe(drafted, accepted)``: the verdict on the last proposal, which calibrates the policy;
+- ``observe_sampling(samples, most_likely)``: at temperature > 0, how many sampled tokens were the
+  model's most likely one (see :class:`plookup.policy.DraftPolicy`);
 - ``finish()``: the generation is over (a :class:`SuffixDrafter` with a memory remembers it).
 
 ``last_source`` tells where the last proposal came from: "request" (the request's own index),
@@ -132,6 +134,9 @@ class IndexDrafter(LlamaDraftModel):
     def observe(self, drafted: int, accepted: int) -> None:
         if drafted:
             self.policy.observe(self._last_match_length, drafted, accepted)
+
+    def observe_sampling(self, samples: int, most_likely: int) -> None:
+        self.policy.observe_sampling(samples, most_likely)
 
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
         self.sync(input_ids)

@@ -13,6 +13,12 @@ P(token k accepted | tokens before it accepted) is estimated as ``agree[k] * rel
 ``agree`` is the index's own statistic (how often this context was followed by this token), and
 ``reliability`` is how often a match of that length was right before in this request, calibrated
 online from the accept/reject outcomes the decoder reports back through :meth:`DraftPolicy.observe`.
+
+Under sampling a draft token that is the model's most likely one is accepted only when the sample
+is that token too. Before a request has outcomes of its own, the prior's reliability is scaled by
+how often the request's samples so far were the most likely token (:meth:`observe_sampling`, from
+every sampled token, drafted or not), so that at a high temperature the first drafts are not
+sized for greedy decoding.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ N_BUCKETS = 8
 # right about half the time, long ones nearly always.
 PRIOR_SHAPE = 1.5
 PRIOR_WEIGHT = 4.0
+_BUCKET_LENGTHS = 2.0 ** np.arange(N_BUCKETS) * 1.5  # a representative length per bucket
+PRIOR_HITS = PRIOR_WEIGHT * _BUCKET_LENGTHS / (_BUCKET_LENGTHS + PRIOR_SHAPE)
 
 # cost[n - 1]: one decode of n tokens, in single-token decodes. SmolLM2-135M Q4_1, 2 CPU cores.
 CPU_COST_CURVE = np.array(
@@ -43,6 +51,9 @@ CPU_COST_CURVE = np.array(
 
 # Once the chance that every draft token so far is right drops below this, longer drafts cannot pay.
 MIN_PREFIX_PROBABILITY = 0.05
+
+# Prior belief, in pseudo-samples, that a sample is the most likely token (greedy decoding's case).
+SAMPLING_PRIOR_WEIGHT = 2.0
 
 
 def validate_cost_curve(cost) -> np.ndarray:
@@ -65,13 +76,23 @@ class DraftPolicy:
     def start_request(self) -> None:
         """Go back to the prior: each request calibrates on its own outcomes (a code edit and a
         free-form answer that follows it on the same model accept drafts at very different rates)."""
-        lengths = 2.0 ** np.arange(N_BUCKETS) * 1.5  # a representative length per bucket
-        self._hits = PRIOR_WEIGHT * lengths / (lengths + PRIOR_SHAPE)
-        self._trials = np.full(N_BUCKETS, PRIOR_WEIGHT)
+        self._hits = np.zeros(N_BUCKETS)  # accepted draft tokens per bucket, this request
+        self._trials = np.zeros(N_BUCKETS)  # judged draft tokens per bucket, this request
+        self._samples = 0  # tokens sampled at temperature > 0, this request
+        self._samples_most_likely = 0  # of which the model's most likely token
+
+    def calibration(self) -> tuple[np.ndarray, np.ndarray]:
+        """(hits, trials) per bucket: the prior's pseudo-observations, scaled by the sampling
+        agreement, plus this request's outcomes; reliability is their ratio."""
+        agreement = (SAMPLING_PRIOR_WEIGHT + self._samples_most_likely) / (
+            SAMPLING_PRIOR_WEIGHT + self._samples
+        )
+        return PRIOR_HITS * agreement + self._hits, PRIOR_WEIGHT + self._trials
 
     def reliability(self, length: int) -> float:
+        hits, trials = self.calibration()
         b = length_bucket(length, N_BUCKETS)
-        return float(self._hits[b] / self._trials[b])
+        return float(hits[b] / trials[b])
 
     def batch_cost(self, n_tokens: int) -> float:
         """Cost of decoding n_tokens at once, extrapolated linearly past the measured curve."""
@@ -81,9 +102,8 @@ class DraftPolicy:
         """Number of leading continuation tokens worth verifying (0 = draft nothing)."""
         if match_length < self.min_match:
             return 0
-        return best_draft_length(
-            match_length, agree, self._hits, self._trials, self.cost, MIN_PREFIX_PROBABILITY
-        )
+        hits, trials = self.calibration()
+        return best_draft_length(match_length, agree, hits, trials, self.cost, MIN_PREFIX_PROBABILITY)
 
     def choose_branches(
         self, match_length: int, agree: np.ndarray, branch_point: int, alt_agree: np.ndarray,
@@ -98,12 +118,19 @@ class DraftPolicy:
         """
         if match_length < self.min_match or alt_agree.size == 0:
             return 0, 0
+        hits, trials = self.calibration()
         n_a, n_b = best_two_branches(
-            match_length, agree, branch_point, alt_agree, max_total, self._hits, self._trials,
-            self.cost, MIN_PREFIX_PROBABILITY,
+            match_length, agree, branch_point, alt_agree, max_total, hits, trials, self.cost,
+            MIN_PREFIX_PROBABILITY,
         )  # fmt: skip
         return int(n_a), int(n_b)
 
     def observe(self, match_length: int, drafted: int, accepted: int) -> None:
         """Record that `accepted` of `drafted` tokens proposed from a match of this length were kept."""
         record_outcome(match_length, drafted, accepted, self._hits, self._trials)
+
+    def observe_sampling(self, samples: int, most_likely: int) -> None:
+        """Record that `most_likely` of `samples` tokens sampled at temperature > 0 were the
+        model's most likely token (greedy decoding reports nothing: it always is)."""
+        self._samples += samples
+        self._samples_most_likely += most_likely

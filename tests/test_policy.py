@@ -67,6 +67,20 @@ def test_calibration_learns_from_outcomes():
     assert policy.choose(4, SURE) > 0
 
 
+def test_samples_that_are_rarely_the_argmax_shrink_the_first_drafts():
+    greedy, hot = DraftPolicy(cost=CPU_COST_CURVE), DraftPolicy(cost=CPU_COST_CURVE)
+    hot.observe_sampling(20, 8)  # a high temperature: 8 of 20 samples were the most likely token
+    assert hot.reliability(40) == pytest.approx(greedy.reliability(40) * 10 / 22)
+    assert 0 == hot.choose(3, SURE) < greedy.choose(3, SURE)
+    assert hot.choose(40, SURE) < greedy.choose(40, SURE)
+    # The request's own outcomes then count as they are: only the prior is scaled.
+    for _ in range(200):
+        hot.observe(40, drafted=4, accepted=4)
+    assert hot.reliability(40) > 0.95
+    hot.start_request()
+    assert hot.reliability(40) == greedy.reliability(40)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="min_match"):
         DraftPolicy(min_match=0)
@@ -87,5 +101,5 @@ def test_kernel_matches_the_rule_written_out(match_length, agree, outcomes, slop
     for length, drafted, accepted in outcomes:
         policy.observe(length, drafted, min(accepted, drafted))
     agree = np.asarray(agree, dtype=np.float64)
-    expected = reference_choice(match_length, agree, policy._hits, policy._trials, policy.cost)
+    expected = reference_choice(match_length, agree, *policy.calibration(), policy.cost)
     assert policy.choose(match_length, agree) == (expected if match_length >= 1 else 0)
