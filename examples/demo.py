@@ -12,7 +12,7 @@ import random
 
 from speed import compare
 
-from plookup.workloads import code_edit, function_source
+from plookup.bench.workloads import code_edit, function_source
 
 
 def main() -> None:

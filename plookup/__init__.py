@@ -2,13 +2,16 @@
 
 ``plookup.Llama`` is ``llama_cpp.Llama`` with a speculative token generator: drafts come for free
 from an index over the prompt and everything generated so far, and llama.cpp verifies them in one
-batch. The output is what the model alone would produce.
+batch. The output is what the model alone would produce (see README: "Exactness").
 """
 
-from .decoder import Llama
-from .drafters import NgramDrafter, SuffixDrafter
+from .decoder import Llama, Stream
+from .drafters import NgramDrafter, SuffixDrafter, make_drafter
 from .memory import GlobalMemory
 from .models import gemma3_path, smollm2_path
 from .stats import SpecStats
 
-__all__ = ["Llama", "SuffixDrafter", "NgramDrafter", "GlobalMemory", "SpecStats", "smollm2_path", "gemma3_path"]
+__all__ = [
+    "Llama", "Stream", "SuffixDrafter", "NgramDrafter", "make_drafter", "GlobalMemory", "SpecStats",
+    "smollm2_path", "gemma3_path",
+]  # fmt: skip

@@ -1,17 +1,18 @@
-"""Filling llama_cpp.Llama's own llama_batch for a verify step: logits at every position.
+"""Filling llama_cpp.Llama's own llama_batch with logits at every row, as a verify step needs them.
 
-A verify step needs the target's distribution after every draft token, so every row is an output
-row; llama_cpp's own set_batch only asks for the last one (or all, via logits_all).
+llama_cpp's own set_batch only asks for the last row's logits (or all, via logits_all).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import llama_cpp
 
 Row = tuple[int, int, tuple[int, ...]]  # token, position, sequence ids
 
 
-def _fill(llm: llama_cpp.Llama, rows: list[Row]) -> None:
+def fill(llm: llama_cpp.Llama, rows: Sequence[Row]) -> None:
     batch = llm._batch.batch
     batch.n_tokens = len(rows)
     for i, (token, pos, seq_ids) in enumerate(rows):
@@ -23,15 +24,23 @@ def _fill(llm: llama_cpp.Llama, rows: list[Row]) -> None:
         batch.logits[i] = True
 
 
-def fill_batch(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> None:
+def sequence_rows(tokens: Sequence[int], n_past: int) -> list[Row]:
     """`tokens` at positions n_past.. of sequence 0."""
-    _fill(llm, [(token, n_past + i, (0,)) for i, token in enumerate(tokens)])
+    return [(int(token), n_past + i, (0,)) for i, token in enumerate(tokens)]
 
 
-def fill_two_branch_batch(llm: llama_cpp.Llama, shared: list[int], a: list[int], b: list[int], n_past: int) -> None:
-    """`shared` at positions n_past.. on sequences 0 and 1, then `a` on 0 and `b` on 1 at the
-    positions after it (rows in that order)."""
-    rows = [(token, n_past + i, (0, 1)) for i, token in enumerate(shared)]
-    for seq, tokens in ((0, a), (1, b)):
-        rows += [(token, n_past + len(shared) + j, (seq,)) for j, token in enumerate(tokens)]
-    _fill(llm, rows)
+def verify_rows(pending: int, draft: Sequence[int], branch, n_past: int) -> list[Row]:
+    """The rows of a verify step in the order :mod:`plookup.verify` reads them.
+
+    Without a branch: pending + draft on sequence 0. With one (a :class:`~plookup.draft.Branch`):
+    pending + draft[:at] on sequences 0 and 1, then draft[at:] on 0 and the branch's tokens on 1,
+    each at the positions after the shared part.
+    """
+    if branch is None:
+        return sequence_rows([pending, *draft], n_past)
+    shared = [pending, *draft[: branch.at]]
+    rows = [(int(token), n_past + i, (0, 1)) for i, token in enumerate(shared)]
+    for seq, tokens in ((0, draft[branch.at :]), (1, branch.tokens)):
+        rows += [(int(token), n_past + len(shared) + j, (seq,)) for j, token in enumerate(tokens)]
+    return rows
+

@@ -1,56 +1,16 @@
-"""`plookup` command line: generate, bench, serve."""
+"""`plookup` command line: generate, bench, serve, models."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
-from .models import smollm2_path
-
-
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """Options every subcommand that loads a model shares."""
-    parser.add_argument("-m", "--model", help="GGUF model file (default: the bundled SmolLM2-135M)")
-    parser.add_argument("--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
-    parser.add_argument(
-        "--threads", type=int, default=os.cpu_count(),
-        help="threads for single-token and batched decoding alike (default: all cores)",
-    )  # fmt: skip
-    parser.add_argument("--max-draft", type=int, default=16, help="most draft tokens per step (default 16)")
-
-
-def add_drafter_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--drafter", choices=["suffix", "ngram"], default="suffix")
-
-
-def model_kwargs(args: argparse.Namespace) -> dict:
-    return dict(
-        model_path=args.model or smollm2_path(),
-        n_ctx=args.n_ctx,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-        verbose=False,
-    )
-
-
-def make_drafter(name: str):
-    from .drafters import NgramDrafter, SuffixDrafter
-
-    return {"suffix": SuffixDrafter, "ngram": NgramDrafter}[name]()
-
-
-def load_llama(args: argparse.Namespace, speculative: bool = True):
-    """plookup.Llama, or llama_cpp.Llama when speculation is off."""
-    if speculative:
-        from .decoder import Llama
-
-        return Llama(drafter=make_drafter(args.drafter), max_draft=args.max_draft, **model_kwargs(args))
-    import llama_cpp
-
-    return llama_cpp.Llama(**model_kwargs(args))
+from .bench import command as bench
+from .models import MODEL_NAMES, QUANTS, resolve_model
+from .options import add_drafter_option, add_model_options, load_llama
+from .serve import command as serve
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -89,6 +49,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        for name, description in MODEL_NAMES.items():
+            print(f"{name:18s} {description}")
+        print(f"\nappend :QUANT to requantize once (from the file as shipped): {', '.join(QUANTS)}")
+        return 0
+    for name in args.names:
+        print(resolve_model(name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="plookup", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -107,10 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--json", action="store_true", help="print text and stats as JSON")
     generate.set_defaults(func=cmd_generate)
 
-    from . import bench, server
+    models = commands.add_parser("models", help="list the named models, or fetch them now")
+    models.add_argument("action", choices=["list", "fetch"])
+    models.add_argument("names", nargs="*", metavar="NAME", help="e.g. qwen-coder-0.5b or qwen-coder-0.5b:q8_0")
+    models.set_defaults(func=cmd_models)
 
     bench.register(commands)
-    server.register(commands)
+    serve.register(commands)
     return parser
 
 

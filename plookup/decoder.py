@@ -1,31 +1,18 @@
 """`plookup.Llama`: llama_cpp.Llama whose token generator decodes speculatively.
 
-One step: decode [pending token + draft] in a single ``llama_decode`` with logits at each of those
-positions, then sample position by position with the request's own llama.cpp sampler chain:
+One step: the drafter proposes a :class:`~plookup.draft.Draft`; one ``llama_decode`` of
+[pending token + draft] (and the draft's branch on sequence 1) with logits at every row;
+:func:`plookup.verify.accept` walks the rows and says which tokens come out; this module keeps the
+KV cache and ``input_ids`` in step with them. Rejected draft tokens leave the cache
+(``llama_memory_seq_rm``), so after every step the cache holds exactly ``input_ids[:n_tokens]``:
+the prompt and every emitted token except the newest, which is "pending" and decoded at the head
+of the next step. With a branch, the path taken ends up on sequence 0 and sequence 1 is emptied.
 
-    for i, x in enumerate(draft):
-        y = sample(logits[i])          # the target's token at this position
-        emit y
-        if y != x: break               # first disagreement: the rest of the draft is void
-    else:
-        emit sample(logits[len(draft)])  # all accepted: one more token for free
-
-For greedy sampling that is "the longest draft prefix equal to the argmax, plus the target's next
-token". For temperature > 0 it is Leviathan et al.'s rejection rule with a point-mass draft q = δ_x:
-accept x with probability min(1, p(x)/q(x)) = p(x), i.e. exactly when a sample y ~ p equals x; on
-rejection the residual norm(max(0, p - q)) is p restricted to y ≠ x, which is what y already is.
-Sampling sequentially through the chain also means penalties and grammars see verified tokens only.
-
-Rejected draft tokens are removed from the KV cache, so after every step the cache holds exactly
-``input_ids[:n_tokens]``: the prompt and every emitted token except the newest, which is "pending"
-and decoded at the head of the next step.
-
-When the drafter proposes a second branch (``drafter.alternative``: the draft forks at position k),
-both are verified in the same ``llama_decode``: [pending + draft[:k]] on sequences {0, 1}, the rest
-of the draft on sequence 0 and the alternative on sequence 1, at the same positions. Acceptance
-walks the draft; if the target's token at k is the alternative's instead, it walks on along the
-alternative's rows. Each position is still sampled once, so the rule above stays exact. The branch
-taken ends up on sequence 0 and sequence 1 is emptied.
+Each ``create_completion`` / ``create_chat_completion`` / ``generate`` call owns a :class:`Call`
+(its :class:`~plookup.stats.SpecStats` and its prediction's tokens). llama_cpp's completion code and
+chat handlers call ``generate`` with fixed arguments, so the call reaches it through a context
+variable set for the duration of the call (and of each step of its stream), never through
+attributes of the model.
 """
 
 from __future__ import annotations
@@ -34,21 +21,23 @@ import contextlib
 import ctypes
 import time
 import warnings
-from typing import Generator, Optional, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Generator, Iterator, Optional, Sequence
 
 import llama_cpp
 import llama_cpp._internals as internals
 import numpy as np
 
-from .batch import fill_batch, fill_two_branch_batch
-from .costcache import cached_cost_curve
-from .drafters import IndexDrafter, SuffixDrafter
-from .policy import validate_cost_curve
+from .batch import fill, verify_rows
+from .costs import cached_cost_curve
+from .draft import MEMORY, Draft
+from .drafters import IndexDrafter, check_max_draft, make_drafter
 from .prediction import prediction_text, prediction_usage
 from .stats import SpecStats
+from .verify import Sample, Verdict, accept
 
 GGUF_MAGIC = b"GGUF"
-DEFAULT_MAX_DRAFT = 16
 
 
 def check_gguf(model_path: str) -> None:
@@ -64,30 +53,99 @@ def check_gguf(model_path: str) -> None:
         raise ValueError(f"not a GGUF file (bad magic {magic!r}): {model_path}")
 
 
+@dataclass
+class Call:
+    """One generation request: its counters, and the tokens of its prediction (a draft source)."""
+
+    stats: SpecStats = field(default_factory=SpecStats)
+    prediction: Sequence[int] = ()
+
+
+_current_call: ContextVar[Optional[Call]] = ContextVar("plookup_call", default=None)
+
+
+def _within(call: Call, function, *args, **kwargs):
+    """`function(*args, **kwargs)` with `call` as the running call."""
+    token = _current_call.set(call)
+    try:
+        return function(*args, **kwargs)
+    finally:
+        _current_call.reset(token)
+
+
+def _chunk_text(chunk: dict) -> str:
+    choice = chunk["choices"][0] if chunk.get("choices") else {}
+    if "text" in choice:
+        return choice["text"] or ""
+    return (choice.get("delta") or {}).get("content") or ""
+
+
+class Stream:
+    """A streamed completion: llama_cpp's chunks, each generated within its call.
+
+    ``stats`` is the generation's :class:`SpecStats`, complete once the stream is exhausted or
+    closed; ``completion_tokens_details()`` the prediction's accounting (None without one).
+    """
+
+    def __init__(self, llm: "Llama", call: Call, chunks: Iterator[dict], owner: bool):
+        self._llm, self._call, self._chunks = llm, call, chunks
+        self._text: Optional[list[str]] = [] if owner and call.prediction else None
+
+    @property
+    def stats(self) -> SpecStats:
+        return self._call.stats
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> dict:
+        chunk = _within(self._call, next, self._chunks)
+        if self._text is not None:
+            self._text.append(_chunk_text(chunk))
+        return chunk
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            _within(self._call, close)
+
+    def completion_tokens_details(self) -> Optional[dict]:
+        if self._text is None:
+            return None
+        return self._llm.prediction_details(self._call.prediction, "".join(self._text))
+
+
 class Llama(llama_cpp.Llama):
     """A drop-in ``llama_cpp.Llama`` that drafts from its own context and verifies in one batch.
 
-    ``drafter``: a :class:`plookup.SuffixDrafter` (default) or :class:`plookup.NgramDrafter`.
-    ``max_draft``: the most draft tokens verified per step (0 turns drafting off).
+    ``drafter``: what :func:`plookup.make_drafter` builds (default: a suffix drafter).
+    ``max_draft``: the most draft tokens verified per step (0 turns drafting off); sets the
+    drafter's own when given (default: the drafter's, 16).
     ``cost_curve``: "auto" measures this model's verify-cost curve on this machine once (cached on
-    disk, see :mod:`plookup.costcache`); an array gives it; None keeps the drafter's own.
+    disk, see :mod:`plookup.costs`); an array gives it; None keeps the drafter's own.
     Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
     forces ``logits_all=True``, which this decoder does not need.
+
+    The completions take an OpenAI-style ``prediction`` (see :mod:`plookup.prediction`) and report
+    ``usage["speculative"]``; a streamed completion is a :class:`Stream`.
     """
+
+    # The acceptance rule (a pure function, see plookup.verify); a test swaps in a broken one.
+    acceptance = staticmethod(accept)
 
     def __init__(
         self,
         model_path: str,
         *args,
         drafter: Optional[IndexDrafter] = None,
-        max_draft: int = DEFAULT_MAX_DRAFT,
+        max_draft: Optional[int] = None,
         cost_curve="auto",
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
         self._stack = contextlib.ExitStack()
-        if not isinstance(max_draft, int) or max_draft < 0:
-            raise ValueError(f"max_draft must be an integer >= 0, got {max_draft!r}")
+        if max_draft is not None:
+            check_max_draft(max_draft)
         if kwargs.get("draft_model") is not None:
             raise ValueError(
                 "plookup.Llama drafts by itself: pass drafter=plookup.SuffixDrafter() instead of "
@@ -103,15 +161,19 @@ class Llama(llama_cpp.Llama):
         # sizes max_tokens <= 0 by _n_ctx, and a generation it did not cap would lose its text.
         self._n_ctx = min(self._n_ctx, len(self.input_ids))
         self._recreate_context_with_two_sequences()
-        self.drafter = drafter if drafter is not None else SuffixDrafter()
+        self.drafter = drafter if drafter is not None else make_drafter()
+        if max_draft is not None:
+            self.drafter.max_draft = max_draft
         self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
         if isinstance(cost_curve, str) and cost_curve == "auto":
             cost_curve = cached_cost_curve(self)
         if cost_curve is not None:
-            self.drafter.policy.cost = validate_cost_curve(cost_curve)
-        self.max_draft = max_draft
-        self.last_stats = SpecStats()
-        self._prediction_tokens: list[int] = []  # indexed ahead of the next generation's prompt
+            self.drafter.use_cost_curve(cost_curve)
+        self.last_stats = SpecStats()  # a view of the latest call's stats
+
+    @property
+    def max_draft(self) -> int:
+        return self.drafter.max_draft
 
     def _recreate_context_with_two_sequences(self) -> None:
         """Two-branch verification needs a second sequence id, sharing cells with the first
@@ -135,48 +197,40 @@ class Llama(llama_cpp.Llama):
                 raise RuntimeError(f"Failed to set LoRA adapter from lora path: {self.lora_path}")
 
     # -- the public entry points keep llama_cpp's signatures; completions gain usage["speculative"]
-    # and an optional OpenAI-style `prediction` (see plookup.prediction)
+    # and an optional OpenAI-style `prediction`
 
     def create_completion(self, *args, prediction=None, **kwargs):
-        if prediction is not None:
-            return self._predicted(self.create_completion, prediction, args, kwargs)
-        result = super().create_completion(*args, **kwargs)
-        if isinstance(result, dict):
-            result["usage"]["speculative"] = self.last_stats.as_dict()
-        return result
+        call, owner = self._call(prediction)
+        return self._deliver(call, owner, _within(call, super().create_completion, *args, **kwargs))
 
     def create_chat_completion(self, *args, prediction=None, **kwargs):
-        # The chat handler generates through self.create_completion, which adds the stats.
-        if prediction is not None:
-            return self._predicted(self.create_chat_completion, prediction, args, kwargs)
-        return super().create_chat_completion(*args, **kwargs)
+        # The chat handler generates through self.create_completion, which joins this call.
+        call, owner = self._call(prediction)
+        return self._deliver(call, owner, _within(call, super().create_chat_completion, *args, **kwargs))
 
-    def _predicted(self, create, prediction, args, kwargs):
-        """`create(*args, **kwargs)` (a create_* method, called without prediction) with the
-        prediction's tokens as a draft source.
+    def _call(self, prediction) -> tuple[Call, bool]:
+        """(the call, whether this entry point owns it): a new one, or the running one for the
+        completion a chat handler makes inside create_chat_completion."""
+        running = _current_call.get()
+        if prediction is None and running is not None:
+            return running, False
+        stats = SpecStats()  # before anything can fail: a failed call owns empty stats
+        tokens = () if prediction is None else self.tokenize(prediction_text(prediction).encode("utf-8"), add_bos=False)
+        return Call(stats, tokens), True
 
-        Non-streamed results gain ``usage["completion_tokens_details"]``.
-        """
-        tokens = self.tokenize(prediction_text(prediction).encode("utf-8"), add_bos=False)
-        if kwargs.get("stream"):
-            return self._stream_predicted(create, tokens, args, kwargs)
-        self._prediction_tokens = tokens
-        try:
-            result = create(*args, **kwargs)
-        finally:
-            self._prediction_tokens = []
-        choice = result["choices"][0]
-        text = choice["text"] if "text" in choice else choice["message"]["content"] or ""
-        completion = self.tokenize(text.encode("utf-8"), add_bos=False)
-        result["usage"]["completion_tokens_details"] = prediction_usage(tokens, completion)
+    def _deliver(self, call: Call, owner: bool, result):
+        if not isinstance(result, dict):
+            return Stream(self, call, result, owner)
+        result["usage"]["speculative"] = call.stats.as_dict()
+        if owner and call.prediction:
+            choice = result["choices"][0]
+            text = choice["text"] if "text" in choice else choice["message"]["content"] or ""
+            result["usage"]["completion_tokens_details"] = self.prediction_details(call.prediction, text)
         return result
 
-    def _stream_predicted(self, create, tokens, args, kwargs):
-        self._prediction_tokens = tokens
-        try:
-            yield from create(*args, **kwargs)
-        finally:
-            self._prediction_tokens = []
+    def prediction_details(self, prediction: Sequence[int], text: str) -> dict:
+        """OpenAI's ``completion_tokens_details`` for a completion `text` and a prediction's tokens."""
+        return prediction_usage(prediction, self.tokenize(text.encode("utf-8"), add_bos=False))
 
     def generate(
         self,
@@ -199,6 +253,8 @@ class Llama(llama_cpp.Llama):
         stopping_criteria: Optional[llama_cpp.StoppingCriteriaList] = None,
         grammar: Optional[llama_cpp.LlamaGrammar] = None,
     ) -> Generator[int, Optional[Sequence[int]], None]:
+        call = _current_call.get() or Call()
+        self.last_stats = stats = call.stats
         sampling = dict(
             top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
@@ -217,7 +273,6 @@ class Llama(llama_cpp.Llama):
                 raise ValueError(
                     f"token id {token} at position {i} is outside the vocabulary of {self._n_vocab}"
                 )
-        self.last_stats = SpecStats()
         if logits_processor is not None:
             # A Python logits processor reads self._input_ids at every call, which during a
             # verify step would include unverified draft tokens: decode plainly instead.
@@ -226,24 +281,22 @@ class Llama(llama_cpp.Llama):
                 tokens, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
                 grammar=grammar, **sampling,
             ):  # fmt: skip
-                self.last_stats.record_step(0, 0)
-                self.last_stats.generated += 1
+                stats.record_step(0, 0)
+                stats.generated += 1
                 yield token
             return
-        yield from self._speculate(tokens, sampling, stopping_criteria, grammar)
+        yield from self._speculate(tokens, sampling, stopping_criteria, grammar, call)
 
     # -- the speculative loop
 
-    def _speculate(self, tokens, sampling, stopping_criteria, grammar):
+    def _speculate(self, tokens, sampling, stopping_criteria, grammar, call: Call):
+        stats, drafter = call.stats, self.drafter
         self._mirostat_mu = ctypes.c_float(2.0 * sampling["mirostat_tau"])
         self._sampler = sampler = self._init_sampler(grammar=grammar, **sampling)
-        self._samples_randomly = sampling["temp"] != 0  # llama_cpp: 0 is greedy, < 0 samples too
+        sample = self._sample_function(sampler, randomly=sampling["temp"] != 0)  # llama_cpp: < 0 samples too
         self._prefill(tokens[:-1])
-        stats = self.last_stats
-        drafter = self.drafter
-        # A prediction is history the drafter may continue a match into; this generation only.
-        drafter.start([*self._prediction_tokens, *tokens])
-        self._prediction_tokens = []
+        # A prediction is history the drafter may continue a match into; this call only.
+        drafter.start([*call.prediction, *tokens])
         pending = tokens[-1]
         kept = self.n_tokens  # cache entries that stay valid whatever happens next
         try:
@@ -255,101 +308,83 @@ class Llama(llama_cpp.Llama):
                 if room < 0:
                     return  # context full: the caller reports finish_reason "length"
                 t0 = time.perf_counter()
-                draft = drafter.propose(min(self.max_draft, room, self.n_batch - 1))
+                draft = drafter.propose(min(room, self.n_batch - 1))
                 stats.draft_seconds += time.perf_counter() - t0
 
-                if drafter.alternative is None:
-                    self._decode_all_logits([pending, *draft.tolist()], n_past)
-                    emitted, stopped = self._verify(sampler, draft, n_past, stopping_criteria)
-                else:
-                    draft, emitted, stopped = self._verify_two_branches(
-                        sampler, pending, draft.tolist(), drafter.alternative, n_past,
-                        stopping_criteria,
-                    )  # fmt: skip
-                accepted = len(emitted) if stopped else len(emitted) - 1
-                self._truncate(n_past + 1 + accepted)  # drop the rejected draft tokens
-                stats.record_step(len(draft), accepted)
-                drafter.observe(len(draft), accepted)
-                if drafter.last_source == "memory":
-                    stats.accepted_from_memory += accepted
+                verdict, path = self._step(pending, draft, n_past, sample, stopping_criteria)
+                stats.record_step(len(path), verdict.accepted)
+                if draft.branch is not None:
+                    stats.branch_steps += 1
+                    stats.alternative_taken += verdict.branch_taken
+                if path.source == MEMORY:
+                    stats.accepted_from_memory += verdict.accepted
+                drafter.observe(path, verdict.accepted)
+                drafter.observe_sampling(verdict.samples, verdict.most_likely)
 
-                for i, token in enumerate(emitted):
+                for i, token in enumerate(verdict.tokens):
                     # The caller may stop at any token; keep only what it has seen decoded.
-                    kept = n_past + 1 + min(i + 1, accepted)
+                    kept = n_past + 1 + min(i + 1, verdict.accepted)
                     drafter.extend((token,))
                     stats.generated += 1
                     yield token
-                if stopped:
+                if verdict.stopped:
                     return
-                pending = emitted[-1]
+                pending = verdict.tokens[-1]
         finally:
             self._truncate(kept)
             self._requires_eval = True  # the context's logits belong to a verify batch
             drafter.finish()  # e.g. remember this request in a cross-request memory
 
-    def _verify(
-        self, sampler, draft, n_past, stopping_criteria, alternative=None
-    ) -> tuple[list[int], bool]:
-        """The acceptance rule, over the logits of the batch [pending, *draft] just decoded.
+    def _step(self, pending: int, draft: Draft, n_past: int, sample: Sample, stopping_criteria) -> tuple[Verdict, Draft]:
+        """Decode [pending + draft] (and its branch on sequence 1) at n_past, verify it, and leave
+        the cache and input_ids holding pending and the accepted part of the path taken.
 
-        Returns the emitted tokens (the accepted draft prefix, then the target's own token) and
-        whether a stopping criterion ended the generation. ``alternative``: (k, branch, rows) when
-        the batch also holds the fork draft[:k] + branch, its logits after draft[:k] + branch[:j]
-        at batch row rows[k + j]; the walk switches to it when the target's token at k is branch[0].
+        Returns the verdict and the path: the draft, or its fork when the target took the branch.
         """
-        emitted: list[int] = []
-        rows = range(len(draft) + 1)  # batch row of the logits after draft[:i]
-        i = 0
-        while True:
-            row = rows[i]
-            token = sampler.sample(self._ctx, row)  # y ~ p(· | prefix + draft[:i]); greedy: argmax
-            if self._samples_randomly:  # how often y is the argmax scales the policy's prior
-                most_likely = int(np.argmax(self._logits_row(row)))
-                self.drafter.observe_sampling(1, int(token == most_likely))
-            if stopping_criteria is not None and stopping_criteria(
-                self.input_ids[: n_past + 1 + i], self._logits_row(row)
-            ):
-                return emitted, True  # like llama_cpp: the token that tripped it is dropped
-            emitted.append(token)
-            if alternative is not None and i == alternative[0] and token == alternative[1][0]:
-                k, branch, rows = alternative
-                draft = [*draft[:k], *branch]
-                self.input_ids[n_past + 1 + k : n_past + 1 + len(draft)] = branch
-            if i == len(draft) or token != draft[i]:
-                break  # y != x: the draft is rejected from here on, y is the correction
-            i += 1
-        return emitted, False
-
-    def _verify_two_branches(self, sampler, pending, draft, alternative, n_past, stopping_criteria):
-        """Decode and verify `draft` and the fork draft[:k] + branch (``alternative = (k, branch)``)
-        in one batch on sequences 0 and 1; leave the branch taken on sequence 0, nothing on 1.
-
-        Returns (the path taken: draft or the fork, emitted tokens, stopped).
-        """
-        k, branch = alternative[0], alternative[1].tolist()
-        memory = self._ctx.memory
-        fork = n_past + 1 + k  # first position where the branches differ
-        llama_cpp.llama_memory_seq_cp(memory, 0, 1, -1, -1)  # the branches share the whole prefix
+        memory, branch = self._ctx.memory, draft.branch
+        if branch is not None:
+            llama_cpp.llama_memory_seq_cp(memory, 0, 1, -1, -1)  # the branches share the whole prefix
         try:
-            fill_two_branch_batch(self, [pending, *draft[:k]], draft[k:], branch, n_past)
+            fill(self, verify_rows(pending, draft.tokens, branch, n_past))
             self._ctx.decode(self._batch)
-            self.input_ids[n_past : n_past + 1 + len(draft)] = [pending, *draft]
-            self.n_tokens = n_past + 1 + len(draft)
-            # rows[i]: the logits after fork[:i]; the fork's own rows follow the draft's.
-            rows = [*range(k + 1), *range(len(draft) + 1, len(draft) + 1 + len(branch))]
-            emitted, stopped = self._verify(
-                sampler, draft, n_past, stopping_criteria, (k, branch, rows)
-            )
-            self.last_stats.branch_steps += 1
-            if len(emitted) > k and emitted[k] == branch[0]:
-                self.last_stats.alternative_taken += 1
+            self.input_ids[n_past] = pending
+            stop = None if stopping_criteria is None else self._stop_function(stopping_criteria, n_past)
+            verdict = self.acceptance(draft.tokens.tolist(), sample, stop, branch)
+            path = draft
+            if verdict.branch_taken:
+                path = draft.fork()
+                fork = n_past + 1 + branch.at  # first position where the branches differ
                 llama_cpp.llama_memory_seq_rm(memory, 0, fork, -1)
                 llama_cpp.llama_memory_seq_cp(memory, 1, 0, fork, -1)
-                draft = [*draft[:k], *branch]
-                self.n_tokens = n_past + 1 + len(draft)
         finally:
-            llama_cpp.llama_memory_seq_rm(memory, 1, -1, -1)
-        return np.asarray(draft, dtype=np.int32), emitted, stopped
+            if branch is not None:
+                llama_cpp.llama_memory_seq_rm(memory, 1, -1, -1)
+        self.input_ids[n_past : n_past + 1 + len(path)] = [pending, *path.tokens.tolist()]
+        self.n_tokens = n_past + 1 + len(path)
+        self._truncate(n_past + 1 + verdict.accepted)  # drop the rejected draft tokens
+        return verdict, path
+
+    def _sample_function(self, sampler, randomly: bool) -> Sample:
+        """sample(row): the request's sampler chain on a batch row; at temperature > 0 also
+        whether the sample was the most likely token (which scales the policy's prior)."""
+
+        def sample(row: int):
+            token = sampler.sample(self._ctx, row)  # y ~ p(· | prefix + draft[:i]); greedy: argmax
+            if not randomly:
+                return token, None
+            return token, token == int(np.argmax(self._logits_row(row)))
+
+        return sample
+
+    def _stop_function(self, stopping_criteria, n_past: int):
+        """stop(prefix, row): llama_cpp's stopping criteria on the tokens up to the pending one,
+        then the verified `prefix` of the path, and the row's logits."""
+
+        def stop(prefix: Sequence[int], row: int) -> bool:
+            ids = np.concatenate((self.input_ids[: n_past + 1], np.asarray(prefix, dtype=self.input_ids.dtype)))
+            return bool(stopping_criteria(ids, self._logits_row(row)))
+
+        return stop
 
     def _prefill(self, prompt: list[int]) -> None:
         """Make the cache hold exactly `prompt`, reusing the longest cached prefix."""
@@ -366,13 +401,6 @@ class Llama(llama_cpp.Llama):
         self.n_tokens = cached
         if cached < len(prompt):
             self.eval(prompt[cached:])
-
-    def _decode_all_logits(self, batch_tokens: list[int], n_past: int) -> None:
-        """One llama_decode of `batch_tokens` at positions n_past.., logits at every position."""
-        fill_batch(self, batch_tokens, n_past)
-        self._ctx.decode(self._batch)
-        self.input_ids[n_past : n_past + len(batch_tokens)] = batch_tokens
-        self.n_tokens = n_past + len(batch_tokens)
 
     def _logits_row(self, i: int) -> np.ndarray:
         return np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(self._n_vocab,))

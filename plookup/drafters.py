@@ -6,39 +6,47 @@ Both drafters answer the same calls, so the decoder never knows which one it dri
 - ``sync(tokens)``: make the index hold exactly ``tokens`` (appends only the new suffix when the
   indexed history is a prefix of them, rebuilds otherwise);
 - ``extend(tokens)``: append verified tokens;
-- ``propose(max_draft)``: up to ``max_draft`` int32 tokens, empty when there is no match worth it;
-- ``observe(drafted, accepted)``: the verdict on the last proposal, which calibrates the policy;
+- ``propose(limit)``: a :class:`~plookup.draft.Draft` of at most ``min(max_draft, limit)`` tokens,
+  empty when no match is worth verifying; it may carry a second branch
+  (:meth:`DraftPolicy.choose_branches`) to verify beside it in the same batch;
+- ``observe(draft, accepted)``: the verdict on a proposal (the draft as verified: its
+  :meth:`~plookup.draft.Draft.fork` when the target took the branch), which calibrates the policy;
 - ``observe_sampling(samples, most_likely)``: at temperature > 0, how many sampled tokens were the
   model's most likely one (see :class:`plookup.policy.DraftPolicy`);
 - ``finish()``: the generation is over (a :class:`SuffixDrafter` with a memory remembers it).
 
-``last_source`` tells where the last proposal came from: "request" (the request's own index),
-"memory" (a :class:`plookup.memory.GlobalMemory` of earlier requests) or None (nothing proposed).
-``alternative`` is None, or ``(k, tokens)``: a second branch, ``draft[:k] + tokens``, that the
-policy found worth verifying beside the draft in the same batch (``DraftPolicy.choose_branches``).
+:func:`make_drafter` builds one by name; ``use_cost_curve`` gives it this machine's verify costs.
 
-Each is also a ``llama_cpp.llama_speculative.LlamaDraftModel`` (``drafter(input_ids) -> draft``) for
+Each is also a ``llama_cpp.llama_speculative.LlamaDraftModel`` (``drafter(input_ids) -> tokens``) for
 ``llama_cpp.Llama(draft_model=...)``, keeping its index incremental across those calls.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import Any, Optional
 
 import numpy as np
 import numpy.typing as npt
 from llama_cpp.llama_speculative import LlamaDraftModel
 
+from .draft import EMPTY, MEMORY, NO_CANDIDATE, NO_DRAFT, REQUEST, Branch, Candidate, Draft
 from .memory import GlobalMemory
 from .ngram_index import NgramIndex
 from .policy import DraftPolicy
 from .suffix_index import SuffixIndex
 
-EMPTY_DRAFT = np.zeros(0, dtype=np.int32)
-
+# The most draft tokens verified per step, unless told otherwise.
+DEFAULT_MAX_DRAFT = 16
 # The LlamaDraftModel adapter has no verdict channel and pays llama-cpp-python's logits_all verify
 # cost, so it drafts a fixed length like llama_cpp's own prompt-lookup drafter.
 ADAPTER_MAX_DRAFT = 10
+
+
+def check_max_draft(max_draft) -> int:
+    if isinstance(max_draft, bool) or not isinstance(max_draft, (int, np.integer)) or max_draft < 0:
+        raise ValueError(f"max_draft must be an integer >= 0, got {max_draft!r}")
+    return int(max_draft)
 
 
 class IndexDrafter(LlamaDraftModel):
@@ -46,13 +54,14 @@ class IndexDrafter(LlamaDraftModel):
 
     index: SuffixIndex | NgramIndex
 
-    def __init__(self, index, min_match: int):
+    def __init__(self, index, min_match: int, max_draft: int = DEFAULT_MAX_DRAFT):
         self.index = index
         self.policy = DraftPolicy(min_match=min_match)
-        self._last_match_length = 0
-        self._candidate_source = "request"  # set by _candidate
-        self.last_source: str | None = None
-        self.alternative: tuple[int, np.ndarray] | None = None
+        self.max_draft = check_max_draft(max_draft)
+
+    def use_cost_curve(self, cost) -> None:
+        """Size drafts for this verify-cost curve (see :mod:`plookup.costs`)."""
+        self.policy = DraftPolicy(self.policy.min_match, cost)
 
     def start(self, tokens: npt.ArrayLike) -> None:
         """A new generation over `tokens`: sync the index, calibrate afresh."""
@@ -80,67 +89,63 @@ class IndexDrafter(LlamaDraftModel):
     def warm_up(self) -> None:
         """Compile or load every kernel a generation calls, leaving the index empty."""
         self.sync(np.array([1, 2, 4, 1, 2, 5, 1, 2], dtype=np.int32))  # "1 2" is followed by 4 or 5
-        length, draft, agree = self._candidate(4)
-        self.policy.choose(max(length, self.policy.min_match), agree)
-        self._branch(max(length, self.policy.min_match), draft, agree, 4)
+        candidate = self.candidate(4)
+        candidate = replace(candidate, match_length=max(candidate.match_length, self.policy.min_match))
+        self.policy.choose(candidate.match_length, candidate.agree)
+        self._branch(candidate, 4)
         self.policy.observe(0, 0, 0)  # nothing drafted: loads the kernel, learns nothing
         self.reset()
 
-    def _candidate(self, max_draft: int) -> tuple[int, np.ndarray, np.ndarray]:
-        """(match length, continuation tokens, per-token agreement) from the index."""
+    def candidate(self, limit: Optional[int] = None) -> Candidate:
+        """The index's continuation of up to min(max_draft, limit) tokens, before the policy sizes
+        it (`plookup.bench.replay` measures the policy against an oracle that sizes it right)."""
+        return self._candidate(self._cap(limit))
+
+    def _cap(self, limit: Optional[int]) -> int:
+        return self.max_draft if limit is None else min(self.max_draft, limit)
+
+    def _candidate(self, max_draft: int) -> Candidate:
         raise NotImplementedError
 
-    def _alternative(self, branch_point: int, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    def _alternative(self, candidate: Candidate, branch_point: int, max_len: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, agree) of the runner-up continuation at the candidate's branch point."""
-        return EMPTY_DRAFT, EMPTY_DRAFT
+        return EMPTY, EMPTY
 
-    def _branch(self, length: int, draft: np.ndarray, agree: np.ndarray, max_draft: int):
-        """(n, alternative) when a second branch at the candidate's first uncertain token pays
-        beside draft[:n], else None."""
-        uncertain = np.flatnonzero(agree < 1.0)
+    def _branch(self, candidate: Candidate, max_draft: int) -> Optional[tuple[int, Branch]]:
+        """(n, branch) when a second branch at the candidate's first uncertain token pays
+        beside its first n tokens, else None."""
+        uncertain = np.flatnonzero(candidate.agree < 1.0)
         if uncertain.size == 0:
             return None
         k = int(uncertain[0])
-        alt, alt_agree = self._alternative(k, max_draft - k - 1)  # leave draft[k] a place
-        n_a, n_b = self.policy.choose_branches(length, agree, k, alt_agree, max_draft)
+        alt, alt_agree = self._alternative(candidate, k, max_draft - k - 1)  # leave draft[k] a place
+        n_a, n_b = self.policy.choose_branches(candidate.match_length, candidate.agree, k, alt_agree, max_draft)
         if n_a == 0:
             return None
-        return n_a, (k, alt[:n_b])
+        return n_a, Branch(k, alt[:n_b])
 
-    def candidate(self, max_draft: int) -> np.ndarray:
-        """The index's continuation of up to `max_draft` tokens before the policy sizes it
-        (`plookup.replay` measures the policy against an oracle that sizes it right)."""
-        self._candidate_source = "request"
-        return self._candidate(max_draft)[1]
-
-    def propose(self, max_draft: int) -> np.ndarray:
-        self._last_match_length = 0
-        self.last_source = None
-        self.alternative = None
+    def propose(self, limit: Optional[int] = None) -> Draft:
+        max_draft = self._cap(limit)
         if max_draft <= 0:
-            return EMPTY_DRAFT
-        self._candidate_source = "request"
-        length, draft, agree = self._candidate(max_draft)
-        n = self.policy.choose(length, agree)
-        branch = self._branch(length, draft, agree, max_draft)
+            return NO_DRAFT
+        candidate = self._candidate(max_draft)
+        n = self.policy.choose(candidate.match_length, candidate.agree)
+        branch = self._branch(candidate, max_draft)
         if branch is not None:
-            n, self.alternative = branch
-        if n == 0:
-            return EMPTY_DRAFT
-        self._last_match_length = length
-        self.last_source = self._candidate_source
-        return draft[:n]
+            n, fork = branch
+            return candidate.draft(n, fork)
+        return candidate.draft(n)
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        if drafted:
-            self.policy.observe(self._last_match_length, drafted, accepted)
+    def observe(self, draft: Draft, accepted: int) -> None:
+        if len(draft):
+            self.policy.observe(draft.match_length, len(draft), accepted)
 
     def observe_sampling(self, samples: int, most_likely: int) -> None:
         self.policy.observe_sampling(samples, most_likely)
 
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
         self.sync(input_ids)
-        return self.propose(ADAPTER_MAX_DRAFT).astype(np.intc)
+        return self.propose(ADAPTER_MAX_DRAFT).tokens.astype(np.intc)
 
 
 class SuffixDrafter(IndexDrafter):
@@ -148,16 +153,14 @@ class SuffixDrafter(IndexDrafter):
 
     With a ``memory`` (:class:`plookup.memory.GlobalMemory`, may be shared by several drafters),
     the request's suffix is also matched against earlier requests, and the longer of the two
-    matches drafts (ties: the request's own). ``finish()`` adds the history to the memory;
-    ``memory_accepted`` counts the accepted tokens of memory drafts, over this drafter's life.
+    matches drafts (ties: the request's own). ``finish()`` adds the history to the memory.
     """
 
-    def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None):
-        super().__init__(SuffixIndex(), min_match)
+    def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None, max_draft: int = DEFAULT_MAX_DRAFT):
+        super().__init__(SuffixIndex(), min_match, max_draft)
         self.memory = memory
         self._cursor = memory.cursor() if memory is not None else None
         self._fed = 0  # history tokens fed to the cursor since its start
-        self.memory_accepted = 0
 
     def reset(self) -> None:
         super().reset()
@@ -176,11 +179,6 @@ class SuffixDrafter(IndexDrafter):
         if self.memory is not None:
             self.memory.add(self.index.tokens)
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        super().observe(drafted, accepted)
-        if self.last_source == "memory":
-            self.memory_accepted += accepted
-
     def _memory_match(self) -> int:
         """Catch the cursor up with the history (lazily: one kernel call per proposal) and
         return its match length. A reset history or a changed memory restarts it."""
@@ -192,24 +190,24 @@ class SuffixDrafter(IndexDrafter):
         self._fed = len(self.index)
         return cursor.match_length()
 
-    def _alternative(self, branch_point: int, max_len: int):
-        if self._candidate_source != "request":
-            return EMPTY_DRAFT, EMPTY_DRAFT  # the memory's cursor drafts a single branch
+    def _alternative(self, candidate: Candidate, branch_point: int, max_len: int):
+        if candidate.source != REQUEST:
+            return EMPTY, EMPTY  # the memory's cursor drafts a single branch
         return self.index.alternative(branch_point, max_len)
 
-    def _candidate(self, max_draft: int):
+    def _candidate(self, max_draft: int) -> Candidate:
+        """The request's own match, or the memory's when that is longer (the better one wins)."""
         length, _, _ = self.index.match()
         if self._cursor is not None:
             memory_length = self._memory_match()
             if memory_length > length and memory_length >= self.policy.min_match:
-                draft, agree = self._cursor.continuation(max_draft)
-                if draft.size:
-                    self._candidate_source = "memory"
-                    return memory_length, draft, agree
+                tokens, agree = self._cursor.continuation(max_draft)
+                if tokens.size:
+                    return Candidate(tokens, agree, memory_length, MEMORY)
         if length < self.policy.min_match:
-            return 0, EMPTY_DRAFT, EMPTY_DRAFT
-        draft, agree = self.index.continuation(max_draft)
-        return length, draft, agree
+            return NO_CANDIDATE
+        tokens, agree = self.index.continuation(max_draft)
+        return Candidate(tokens, agree, length, REQUEST)
 
 
 class NgramDrafter(IndexDrafter):
@@ -219,12 +217,34 @@ class NgramDrafter(IndexDrafter):
     every continuation token is trusted alike and the policy sizes the draft from n alone.
     """
 
-    def __init__(self, n_min: int = 2, n_max: int = 8):
-        super().__init__(NgramIndex(n_min=n_min, n_max=n_max), n_min)
+    def __init__(self, n_min: int = 2, n_max: int = 8, max_draft: int = DEFAULT_MAX_DRAFT):
+        super().__init__(NgramIndex(n_min=n_min, n_max=n_max), n_min, max_draft)
 
-    def _candidate(self, max_draft: int):
+    def _candidate(self, max_draft: int) -> Candidate:
         n, end, _ = self.index.match()
         if n < self.policy.min_match:
-            return 0, EMPTY_DRAFT, EMPTY_DRAFT
-        draft = self.index.tokens[end + 1 : end + 1 + max_draft]
-        return n, draft, np.ones(len(draft))
+            return NO_CANDIDATE
+        tokens = self.index.tokens[end + 1 : end + 1 + max_draft]
+        return Candidate(tokens, np.ones(len(tokens)), n, REQUEST)
+
+
+DRAFTERS = {"suffix": SuffixDrafter, "ngram": NgramDrafter}
+
+
+def make_drafter(
+    name: str = "suffix", max_draft: int = DEFAULT_MAX_DRAFT, memory: Optional[GlobalMemory] = None,
+    cost_curve=None,
+) -> IndexDrafter:  # fmt: skip
+    """The drafter `name` ("suffix" or "ngram") with its defaults: the one way plookup.Llama, the
+    command line, the benchmark and the server build one. ``memory``: suffix drafter only."""
+    if name not in DRAFTERS:
+        raise ValueError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
+    if memory is not None and name != "suffix":
+        raise ValueError("only the suffix drafter drafts from a cross-request memory")
+    if name == "suffix":
+        drafter: IndexDrafter = SuffixDrafter(memory=memory, max_draft=max_draft)
+    else:
+        drafter = NgramDrafter(max_draft=max_draft)
+    if cost_curve is not None:
+        drafter.use_cost_curve(cost_curve)
+    return drafter

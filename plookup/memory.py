@@ -37,7 +37,8 @@ import threading
 
 import numpy as np
 
-from .suffix_index import SuffixIndex, as_token_array
+from .suffix_index import SuffixIndex
+from .token_arrays import as_token_array
 
 SEP = 2**31 - 1
 KEEP_FRACTION = 0.75

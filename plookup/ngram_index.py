@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from plookup.native import ngram_hash as ngh
-from plookup.suffix_index import as_token_array, raise_bad_token
-from plookup.token_arrays import TokenArrays
+from .native import ngram_hash as ngh
+from .token_arrays import TokenArrays, as_token_array, raise_bad_token
 
 MAX_N = 64
 _INITIAL_SLOTS = 16

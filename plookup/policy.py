@@ -5,7 +5,7 @@ A verify step of 1 + n tokens costs ``cost(n + 1)`` single-token decodes and yie
 that ratio, and nothing when no n beats a plain step (ratio 1): on a compute-bound CPU a wrong draft
 makes the step slower than plain decoding, on a GPU it is almost free.
 
-``cost`` is the verify-cost curve of the model on this machine (see :mod:`plookup.costcurve`;
+``cost`` is the verify-cost curve of the model on this machine (see :mod:`plookup.costs`;
 ``plookup.Llama`` measures it once and caches it). Until one is given, a curve measured for a
 135M model on 2 CPU cores stands in.
 
@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from plookup.native.draft_length import (
-    batch_cost,
+from .native.draft_length import (
     best_draft_length,
     best_two_branches,
     length_bucket,
@@ -93,10 +92,6 @@ class DraftPolicy:
         hits, trials = self.calibration()
         b = length_bucket(length, N_BUCKETS)
         return float(hits[b] / trials[b])
-
-    def batch_cost(self, n_tokens: int) -> float:
-        """Cost of decoding n_tokens at once, extrapolated linearly past the measured curve."""
-        return float(batch_cost(n_tokens, self.cost))
 
     def choose(self, match_length: int, agree: np.ndarray) -> int:
         """Number of leading continuation tokens worth verifying (0 = draft nothing)."""

@@ -10,11 +10,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plookup.plain import first_divergence, first_near_tie, greedy_with_gaps
+from plookup.bench.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
 from plookup.policy import CPU_COST_CURVE, DraftPolicy
 from plookup.suffix_index import SuffixIndex
 
-from conftest import NEAR_TIE, kv_positions
+from conftest import kv_positions
 from reference_index import _ends_of, suffix_continuation, suffix_match
 
 
@@ -95,11 +95,11 @@ def test_two_branches_verified_in_one_decode_and_greedy_unchanged(model_pair, ca
     prompt = spec.tokenize(BRANCHY.encode())
     reference, gaps = greedy_with_gaps(plain, prompt, 48)
     saved = spec.drafter.policy.cost
-    spec.drafter.policy.cost = np.ones(16)  # flat verify cost, as on a GPU: branches pay
+    spec.drafter.use_cost_curve(np.ones(16))  # flat verify cost, as on a GPU: branches pay
     try:
         tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), len(reference)))
     finally:
-        spec.drafter.policy.cost = saved
+        spec.drafter.use_cost_curve(saved)
     stats = spec.last_stats
     tie = first_near_tie(gaps, NEAR_TIE[name])
     diverged = first_divergence(reference, tokens)

@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from plookup.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
-from plookup.workloads import standard_workloads
+from plookup.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
+from plookup.bench.workloads import standard_workloads
 
-from conftest import NEAR_TIE, kv_positions
+from conftest import kv_positions
 
 MAX_TOKENS = 96
 # 14 code edits, 4 proofreading texts, 6 free-form questions.

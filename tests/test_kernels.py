@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference_index as ref
-from plookup.native import WALK_CAP
+from plookup.native.suffix_automaton import WALK_CAP
 from plookup.ngram_index import NgramIndex
 from plookup.suffix_index import SuffixIndex
 
@@ -154,7 +154,7 @@ _FUZZ_SCRIPT = textwrap.dedent(
     """
     import sys
     import numpy as np
-    from plookup.native import WALK_CAP
+    from plookup.native.suffix_automaton import WALK_CAP
     from plookup.ngram_index import NgramIndex
     from plookup.suffix_index import SuffixIndex
 

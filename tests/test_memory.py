@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import reference_index as ref
 from plookup.drafters import SuffixDrafter
 from plookup.memory import KEEP_FRACTION, SEP, GlobalMemory
-from plookup.native import WALK_CAP
+from plookup.native.suffix_automaton import WALK_CAP
 from plookup.suffix_index import SuffixIndex
 
 # Texts <= WALK_CAP tokens keep COUNT/RECENT exact (see test_kernels.py).
@@ -254,17 +254,15 @@ def test_drafter_drafts_from_memory_and_counts_accepted():
     second = SuffixDrafter(memory=memory)
     second.sync([7, 8, *request[:10]])  # a different start, then the old text again
     draft = second.propose(8)
-    assert second.last_source == "memory" and draft.tolist() == request[10 : 10 + len(draft)]
-    assert len(draft) > 0
-    second.observe(len(draft), 2)
+    assert draft.source == "memory" and draft.tokens.tolist() == request[10 : 10 + len(draft)]
+    assert len(draft) > 0 and draft.match_length == 10
+    second.observe(draft, 2)
     second.extend(request[10:12])
-    assert second.memory_accepted == 2
     # Its own history now repeats a longer suffix than memory holds: own index wins.
     second.extend([7, 8, *request[:12]])
-    assert second.propose(8).tolist()[:2] == [7, 8]  # what followed its earlier copy
-    assert second.last_source == "request"
-    second.observe(2, 2)
-    assert second.memory_accepted == 2
+    own = second.propose(8)
+    assert own.tokens.tolist()[:2] == [7, 8]  # what followed its earlier copy
+    assert own.source == "request" and own.match_length == 14
 
 
 # -- a real model: a near-identical second request drafts from the first one's output
@@ -272,10 +270,10 @@ def test_drafter_drafts_from_memory_and_counts_accepted():
 
 def test_second_request_drafts_from_memory(model_path, smol):
     import plookup
-    from plookup.plain import chat_prompt_tokens, first_near_tie, greedy_with_gaps
-    from plookup.workloads import standard_workloads
+    from plookup.bench.plain import NEAR_TIE, chat_prompt_tokens, first_near_tie, greedy_with_gaps
+    from plookup.bench.workloads import standard_workloads
 
-    from conftest import LLAMA_KWARGS, NEAR_TIE
+    from conftest import LLAMA_KWARGS
 
     max_tokens = 64
     memory = GlobalMemory(100_000)

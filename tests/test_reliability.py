@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import plookup
-from plookup.costcurve import measure_cost_curve
+from plookup.costs import measure_cost_curve
 from plookup.drafters import NgramDrafter, SuffixDrafter
 from plookup.memory import GlobalMemory
 
@@ -191,8 +191,8 @@ def test_drafters_on_empty_and_one_token_histories():
             drafter.sync(history)
             for max_draft in (-3, 0, 1, 16):
                 draft = drafter.propose(max_draft)
-                assert draft.dtype == np.int32 and draft.tolist() == []
-            drafter.observe(0, 0)
+                assert draft.tokens.dtype == np.int32 and draft.tokens.tolist() == []
+            drafter.observe(draft, 0)
             adapted = drafter(np.array(history, dtype=np.intc))
             assert adapted.dtype == np.intc and adapted.tolist() == []
             assert drafter.index.tokens.tolist() == history
@@ -331,11 +331,11 @@ class InterruptingDrafter(SuffixDrafter):
         super().__init__(**kwargs)
         self.at, self.calls = at, 0
 
-    def propose(self, max_draft):
+    def propose(self, limit=None):
         self.calls += 1
         if self.calls == self.at:
             raise KeyboardInterrupt
-        return super().propose(max_draft)
+        return super().propose(limit)
 
 
 @pytest.mark.parametrize("at", [1, 4])
@@ -417,12 +417,12 @@ def test_drafter_fuzz(kind, steps):
             drafter.extend(tokens)
         else:
             draft = drafter.propose(max_draft)
-            assert draft.dtype == np.int32 and draft.ndim == 1
+            assert draft.tokens.dtype == np.int32 and draft.tokens.ndim == 1
             assert len(draft) <= max(max_draft, 0)
             if len(draft):
                 assert len(history) > drafter.policy.min_match
-                assert follows_a_match(history, draft.tolist(), drafter.policy.min_match)
-            drafter.observe(len(draft), min(accepted, len(draft)))
+                assert follows_a_match(history, draft.tokens.tolist(), drafter.policy.min_match)
+            drafter.observe(draft, min(accepted, len(draft)))
         assert drafter.index.tokens.tolist() == history
 
 

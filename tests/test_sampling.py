@@ -9,6 +9,7 @@ import pytest
 from scipy.stats import chi2_contingency
 
 import plookup
+from plookup.verify import Verdict
 
 from conftest import MODEL_KWARGS
 
@@ -65,9 +66,9 @@ class EagerDrafter(plookup.SuffixDrafter):
     """Always proposes the whole continuation of any match: the rule under test sees a draft on
     every step, whatever the policy would have learnt about acceptance at temperature 1."""
 
-    def propose(self, max_draft):
-        length, draft, _ = self._candidate(max_draft)
-        return draft if length >= self.policy.min_match else draft[:0]
+    def propose(self, limit=None):
+        candidate = self.candidate(limit)
+        return candidate.draft(len(candidate.tokens) if candidate.match_length >= self.policy.min_match else 0)
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +77,15 @@ def eager(model_path, model_pair):
     return plookup.Llama(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
 
 
-class AcceptEverything(plookup.Llama):
-    """A deliberately wrong rule: every draft token is kept, whatever the model samples."""
+def accept_everything(draft, sample, stop=None, branch=None) -> Verdict:
+    """A deliberately wrong rule with plookup.verify.accept's interface: every draft token is kept,
+    whatever the model samples, and one more token is sampled after them."""
+    token, _ = sample(len(draft))
+    return Verdict((*draft, token), stopped=False, branch_taken=False)
 
-    def _verify(self, sampler, draft, n_past, stopping_criteria):
-        return [*draft.tolist(), sampler.sample(self._ctx, len(draft))], False
+
+class AcceptEverything(plookup.Llama):
+    acceptance = staticmethod(accept_everything)
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))

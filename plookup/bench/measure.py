@@ -1,6 +1,6 @@
 """The bench's arithmetic: interleaved runs, medians, identity with plain greedy decoding, ratios.
 
-Systems only need ``name`` and ``run(prompt, max_tokens) -> record`` (see plookup.bench_systems),
+Systems only need ``name`` and ``run(prompt, max_tokens) -> record`` (see plookup.bench.systems),
 so everything here is tested with fakes.
 """
 

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Sequence
 
-from .bench_measure import acceptance_by_position, pool_positions, speedup
+from .measure import acceptance_by_position, pool_positions, speedup
 
 PLOTTED_POSITIONS = 16
 
@@ -31,6 +31,28 @@ class Progress:
     def finish(self) -> None:
         self.stream.write(f"\r{' ' * (self.width + 80)}\r")
         self.stream.flush()
+
+
+def print_results(summary, kinds, cost, oracle, overview, pairs, bounds, drafter_us) -> None:
+    """Every table of a bench run, in reading order. ``oracle``: (best n, ceiling)."""
+    best_n, ceiling = oracle
+    copy = [w for w, k in kinds.items() if k == "copy"]
+    print(workload_table(summary, kinds))
+    print(f"\nverify cost of n tokens / 1 token: {' '.join(f'{c:.2f}' for c in cost)}")
+    print(f"oracle ceiling: {ceiling:.2f}x plain decoding (always-right drafter verifying {best_n} tokens a step)\n")
+    print(overview_table(overview, len(kinds)))
+    print("\nend-to-end speedup, row over column (geometric mean over all workloads):")
+    print(pairwise_table(pairs))
+    if bounds:
+        print("\nthe drafters replayed on plain decoding's copy outputs, speed modelled by the cost curve:")
+        for name, bound in bounds.items():
+            print(f"  {name:8s} {bound['modelled']:.2f}x as sized by plookup's policy, "
+                  f"{bound['oracle_length']:.2f}x sized by an oracle that knows how many are accepted")
+    print("\nacceptance by draft position, copy workloads:")
+    print("\n".join(acceptance_lines(summary, copy)))
+    print("\ndrafter time per step (extend 1 token + propose), by tokens indexed:")
+    for name, by_size in drafter_us.items():
+        print(f"  {name:8s} " + "  ".join(f"{size:>6d}: {us:5.1f} us" for size, us in by_size.items()))
 
 
 def _fmt(value, spec: str, missing: str = "-") -> str:

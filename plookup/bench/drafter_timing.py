@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from .cli import make_drafter
+from ..drafters import make_drafter
 
 HISTORY_SIZES = (1_000, 32_000)
 TIMED_STEPS = 500
@@ -33,14 +33,14 @@ def source_tokens(llm, n_tokens: int) -> np.ndarray:
 
 def step_microseconds(drafter_name: str, history: np.ndarray, max_draft: int) -> float:
     """Mean time of one decoding step's drafter work: extend by one token, then propose."""
-    drafter = make_drafter(drafter_name)
+    drafter = make_drafter(drafter_name, max_draft)
     drafter.warm_up()
     drafter.sync(history)
     copied = history[len(history) // 3 :][:TIMED_STEPS]  # the copy the timed steps append
     start = time.perf_counter()
     for token in copied:
         drafter.extend((int(token),))
-        drafter.propose(max_draft)
+        drafter.propose()
     return (time.perf_counter() - start) / len(copied) * 1e6
 
 

@@ -2,7 +2,7 @@
 when found) side by side on real workloads, against this machine's oracle ceiling.
 
 The reference for identity is plain greedy decoding one token per llama_decode
-(plookup.plain.greedy_with_gaps), run once per workload in this process, which also measures the
+(plookup.bench.plain.greedy_with_gaps), run once per workload in this process, which also measures the
 verify-cost curve. Every compared system runs in a worker process of its own.
 """
 
@@ -13,9 +13,15 @@ import json
 import os
 import platform
 import sys
+from dataclasses import dataclass
 
-from . import bench_report
-from .bench_measure import (
+import numpy as np
+
+from ..costs import measure_cost_curve, oracle_speedup
+from ..drafters import make_drafter
+from ..options import add_model_options, model_kwargs
+from . import report as bench_report
+from .measure import (
     BASELINE,
     geometric_mean,
     pairwise_speedups,
@@ -23,7 +29,8 @@ from .bench_measure import (
     summarize,
     system_overview,
 )
-from .bench_systems import IN_PROCESS_SYSTEMS
+from .replay import load_recorded, replay, replay_speedups
+from .systems import IN_PROCESS_SYSTEMS
 
 DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
 QUICK_REPEATS, QUICK_MAX_TOKENS = 1, 96
@@ -31,8 +38,6 @@ REPLAY_DRAFTERS = ("suffix", "ngram")
 
 
 def register(commands) -> None:
-    from .cli import add_model_options
-
     bench = commands.add_parser(
         "bench", help="compare plain, PLD and plookup decoding on real workloads",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -58,89 +63,52 @@ def register(commands) -> None:
     bench.set_defaults(func=cmd_bench)
 
 
+@dataclass
+class Reference:
+    """What plain decoding and the model alone tell before any system runs."""
+
+    workloads: list  # of plookup.bench.workloads.Workload
+    prompts: dict[str, list[int]]
+    outputs: dict[str, tuple[list[int], list[float]]]  # plain greedy tokens and top-2 gaps
+    cost: np.ndarray  # the verify-cost curve
+    bounds: dict[str, dict[str, float]]  # replay_bounds
+    drafter_us: dict[str, dict[int, float]]
+    eos: int
+
+    @property
+    def kinds(self) -> dict[str, str]:
+        return {w.name: w.kind for w in self.workloads}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.replay:
         return cmd_replay(args)
-    import llama_cpp
-
-    from .bench_drafter import drafter_costs
-    from .bench_systems import WorkerSystem
-    from .cli import model_kwargs
-    from .costcurve import measure_cost_curve, oracle_speedup
-    from .plain import chat_prompt_tokens, greedy_with_gaps
-    from .workloads import bench_workloads, load_jsonl
-
     names = [s for s in args.systems.split(",") if s]
     if BASELINE not in names:
         raise ValueError(f"--systems must include {BASELINE}: every ratio is against it")
     repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     max_tokens = args.max_tokens or (QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS)
     kwargs = model_kwargs(args)
-    reference_llm = llama_cpp.Llama(**kwargs)
+    reference = measure_reference(args, kwargs, max_tokens)
+    runs = run_systems(args, names, kwargs, reference, max_tokens, repeats)
 
-    def first_answer(messages):
-        tokens, _ = greedy_with_gaps(reference_llm, chat_prompt_tokens(reference_llm, messages), max_tokens)
-        return reference_llm.detokenize(tokens).decode("utf-8", "replace").strip()
-
-    note("preparing workloads and plain greedy references")
-    workloads = load_jsonl(args.workload) if args.workload else bench_workloads(first_answer, args.seed, args.quick)
-    kinds = {w.name: w.kind for w in workloads}
-    prompts = {w.name: chat_prompt_tokens(reference_llm, w.messages) for w in workloads}
-    references = {name: greedy_with_gaps(reference_llm, prompt, max_tokens) for name, prompt in prompts.items()}
-    note("measuring the verify-cost curve")
-    cost = measure_cost_curve(reference_llm, max_n=args.max_draft + 1)
-    best_n, oracle = oracle_speedup(cost)
-    cases = [(name, prompts[name], references[name][0]) for name in prompts]
-    bounds = replay_bounds(cases, kinds, cost, args.max_draft)
-    note("timing the drafters without the model")
-    drafter_us = drafter_costs(reference_llm, REPLAY_DRAFTERS, args.max_draft)
-    eos = reference_llm.token_eos()
-    del reference_llm
-
-    systems = []
-    try:
-        for name in names:
-            note(f"starting {name}")
-            systems.append(WorkerSystem(name, kwargs, args.max_draft, args.temperature))
-        systems += start_servers(args, kwargs, eos)
-        progress = bench_report.Progress(repeats * len(prompts) * len(systems))
-        runs = run_interleaved(systems, prompts, max_tokens, repeats, lambda s, w: progress.step(f"{s} {w}"))
-        progress.finish()
-    finally:
-        for system in systems:
-            system.close()
-
-    summary = {s: {w: summarize(runs[s][w], *references[w]) for w in prompts} for s in runs}
+    kinds = reference.kinds
+    summary = {s: {w: summarize(runs[s][w], *reference.outputs[w]) for w in kinds} for s in runs}
+    best_n, oracle = oracle_speedup(reference.cost)
     overview = system_overview(summary, kinds, oracle)
-    pairs = pairwise_speedups(summary, list(prompts))
-    copy = [w for w, k in kinds.items() if k == "copy"]
-    print(bench_report.workload_table(summary, kinds))
-    print(f"\nverify cost of n tokens / 1 token: {' '.join(f'{c:.2f}' for c in cost)}")
-    print(f"oracle ceiling: {oracle:.2f}x plain decoding (always-right drafter verifying {best_n} tokens a step)\n")
-    print(bench_report.overview_table(overview, len(kinds)))
-    print("\nend-to-end speedup, row over column (geometric mean over all workloads):")
-    print(bench_report.pairwise_table(pairs))
-    if bounds:
-        print("\nthe drafters replayed on plain decoding's copy outputs, speed modelled by the cost curve:")
-        for name, bound in bounds.items():
-            print(f"  {name:8s} {bound['modelled']:.2f}x as sized by plookup's policy, "
-                  f"{bound['oracle_length']:.2f}x sized by an oracle that knows how many are accepted")
-    print("\nacceptance by draft position, copy workloads:")
-    print("\n".join(bench_report.acceptance_lines(summary, copy)))
-    print("\ndrafter time per step (extend 1 token + propose), by tokens indexed:")
-    for name, by_size in drafter_us.items():
-        print(f"  {name:8s} " + "  ".join(f"{size:>6d}: {us:5.1f} us" for size, us in by_size.items()))
-
+    pairs = pairwise_speedups(summary, list(kinds))
+    bench_report.print_results(summary, kinds, reference.cost, (best_n, oracle), overview, pairs,
+                               reference.bounds, reference.drafter_us)  # fmt: skip
     if args.json:
         record = dict(
             command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
             n_ctx=args.n_ctx, threads=args.threads, max_draft=args.max_draft, max_tokens=max_tokens,
-            temperature=args.temperature, drafter_us_per_step=drafter_us,
-            repeats=repeats, cost_curve=cost.tolist(), oracle=dict(best_n=best_n, speedup=oracle),
-            replay_bounds=bounds,
-            workloads=[dict(name=w.name, kind=w.kind, messages=w.messages, prompt_tokens=prompts[w.name],
-                            reference_tokens=references[w.name][0], gaps=references[w.name][1])
-                       for w in workloads],
+            temperature=args.temperature, drafter_us_per_step=reference.drafter_us,
+            repeats=repeats, cost_curve=reference.cost.tolist(), oracle=dict(best_n=best_n, speedup=oracle),
+            replay_bounds=reference.bounds,
+            workloads=[dict(name=w.name, kind=w.kind, messages=w.messages, prompt_tokens=reference.prompts[w.name],
+                            reference_tokens=reference.outputs[w.name][0], gaps=reference.outputs[w.name][1])
+                       for w in reference.workloads],
             summary=summary, overview=overview, pairwise=pairs,
             runs={s: {w: [{k: v for k, v in r.items() if k != "tokens"} for r in rs] for w, rs in per.items()}
                   for s, per in runs.items()},
@@ -153,8 +121,56 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def measure_reference(args: argparse.Namespace, kwargs: dict, max_tokens: int) -> Reference:
+    """Workloads, plain greedy decoding of each, the cost curve, replay bounds and drafter timing,
+    all with one plain llama_cpp.Llama that is gone before the systems start."""
+    import llama_cpp
+
+    from .drafter_timing import drafter_costs
+    from .plain import chat_prompt_tokens, greedy_with_gaps
+    from .workloads import bench_workloads, load_jsonl
+
+    llm = llama_cpp.Llama(**kwargs)
+
+    def first_answer(messages):
+        tokens, _ = greedy_with_gaps(llm, chat_prompt_tokens(llm, messages), max_tokens)
+        return llm.detokenize(tokens).decode("utf-8", "replace").strip()
+
+    note("preparing workloads and plain greedy references")
+    workloads = load_jsonl(args.workload) if args.workload else bench_workloads(first_answer, args.seed, args.quick)
+    prompts = {w.name: chat_prompt_tokens(llm, w.messages) for w in workloads}
+    outputs = {name: greedy_with_gaps(llm, prompt, max_tokens) for name, prompt in prompts.items()}
+    note("measuring the verify-cost curve")
+    cost = measure_cost_curve(llm, max_n=args.max_draft + 1)
+    kinds = {w.name: w.kind for w in workloads}
+    cases = [(name, prompts[name], outputs[name][0]) for name in prompts]
+    bounds = replay_bounds(cases, kinds, cost, args.max_draft)
+    note("timing the drafters without the model")
+    drafter_us = drafter_costs(llm, REPLAY_DRAFTERS, args.max_draft)
+    return Reference(workloads, prompts, outputs, cost, bounds, drafter_us, llm.token_eos())
+
+
+def run_systems(args, names, kwargs: dict, reference: Reference, max_tokens: int, repeats: int) -> dict:
+    """runs[system][workload]: every system in a worker process, taking turns on each workload."""
+    from .systems import WorkerSystem
+
+    systems = []
+    try:
+        for name in names:
+            note(f"starting {name}")
+            systems.append(WorkerSystem(name, kwargs, args.max_draft, args.temperature))
+        systems += start_servers(args, kwargs, reference.eos)
+        progress = bench_report.Progress(repeats * len(reference.prompts) * len(systems))
+        runs = run_interleaved(systems, reference.prompts, max_tokens, repeats, lambda s, w: progress.step(f"{s} {w}"))
+        progress.finish()
+    finally:
+        for system in systems:
+            system.close()
+    return runs
+
+
 def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
-    from .bench_server import SPEC_TYPES, ServerSystem, find_llama_server
+    from .llama_server import SPEC_TYPES, ServerSystem, find_llama_server
 
     binary = find_llama_server(args.llama_server)
     if binary is None:
@@ -168,28 +184,17 @@ def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
     return started
 
 
-def sized_drafter(name: str, cost):
-    """A fresh drafter of that name whose policy sizes drafts for the cost curve `cost`."""
-    from .cli import make_drafter
-    from .policy import validate_cost_curve
-
-    drafter = make_drafter(name)
-    if cost is not None:
-        drafter.policy.cost = validate_cost_curve(cost)
-    return drafter
-
-
 def replay_bounds(cases, kinds: dict[str, str], cost, max_draft: int) -> dict[str, dict[str, float]]:
     """Per drafter, over the copy cases: the geometric-mean modelled speedup of its drafts on the
     recorded outputs, and of the same drafts sized by an oracle."""
-    from .replay import replay_speedups
 
     bounds = {}
     for drafter_name in REPLAY_DRAFTERS:
         modelled, oracle = [], []
         for name, prompt, output in cases:
             if kinds[name] == "copy":
-                _, m, o = replay_speedups(lambda: sized_drafter(drafter_name, cost), prompt, output, max_draft, cost)
+                make = lambda: make_drafter(drafter_name, max_draft, cost_curve=cost)  # noqa: E731
+                _, m, o = replay_speedups(make, prompt, output, cost)
                 modelled.append(m)
                 oracle.append(o)
         if modelled:
@@ -198,8 +203,6 @@ def replay_bounds(cases, kinds: dict[str, str], cost, max_draft: int) -> dict[st
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import load_recorded, replay, replay_speedups
-
     cases, cost = load_recorded(args.replay)
     header = ["workload", "drafter", "tokens", "drafted", "accepted", "mean acc", "passes/tok"]
     # With the recorded cost curve: the drafter's speed, and an oracle's that sizes the same
@@ -208,11 +211,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     rows = []
     for drafter_name in REPLAY_DRAFTERS:
         for name, prompt, output in cases:
-            make = lambda: sized_drafter(drafter_name, cost)  # noqa: E731
+            make = lambda: make_drafter(drafter_name, args.max_draft, cost_curve=cost)  # noqa: E731
             if cost is not None:
-                stats, modelled, oracle = replay_speedups(make, prompt, output, args.max_draft, cost)
+                stats, modelled, oracle = replay_speedups(make, prompt, output, cost)
             else:
-                stats, _ = replay(make(), prompt, output, args.max_draft)
+                stats, _ = replay(make(), prompt, output)
             steps_with_draft = stats.drafted_per_position[0] if stats.drafted_per_position else 0
             row = [name, drafter_name, str(stats.generated), str(stats.drafted), str(stats.accepted),
                    f"{stats.accepted / steps_with_draft if steps_with_draft else 0:.2f}",

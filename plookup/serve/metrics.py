@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .stats import SpecStats
-
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # name -> help text for the counters without labels, in exposition order
@@ -38,14 +36,15 @@ class Metrics:
     def count_request(self, path: str, status: int) -> None:
         self.requests[path, status] += 1
 
-    def record_generation(self, stats: SpecStats) -> None:
-        self.totals["generated_tokens"] += stats.generated
-        self.totals["forward_passes"] += stats.forward_passes
-        self.totals["spec_decode_num_drafts"] += stats.drafted_per_position[0] if stats.drafted_per_position else 0
-        self.totals["spec_decode_num_draft_tokens"] += stats.drafted
-        self.totals["spec_decode_num_accepted_tokens"] += stats.accepted
-        self.drafted_per_position.update(dict(enumerate(stats.drafted_per_position)))
-        self.accepted_per_position.update(dict(enumerate(stats.accepted_per_position)))
+    def record_generation(self, spec: dict) -> None:
+        """Add one generation's ``usage["speculative"]`` (:meth:`SpecStats.as_dict`)."""
+        self.totals["generated_tokens"] += spec["generated"]
+        self.totals["forward_passes"] += spec["forward_passes"]
+        self.totals["spec_decode_num_drafts"] += spec["drafted_per_position"][0] if spec["drafted_per_position"] else 0
+        self.totals["spec_decode_num_draft_tokens"] += spec["drafted"]
+        self.totals["spec_decode_num_accepted_tokens"] += spec["accepted"]
+        self.drafted_per_position.update(dict(enumerate(spec["drafted_per_position"])))
+        self.accepted_per_position.update(dict(enumerate(spec["accepted_per_position"])))
 
     def record_prediction(self, details: dict) -> None:
         self.totals["prediction_accepted_tokens"] += details["accepted_prediction_tokens"]

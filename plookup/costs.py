@@ -1,20 +1,28 @@
-"""This machine's verify-cost curve, and the speedup an always-right drafter could reach on it.
+"""This machine's verify-cost curve: measured, cached on disk, and the ceiling it puts on any drafter.
 
 ``cost[n - 1]`` is the time of one ``llama_decode`` of n tokens, with logits at every position as a
 verify step needs them, divided by the time of a one-token decode. A verify step of n tokens (the
 pending token plus n - 1 draft tokens) that is entirely right yields n tokens: n - 1 accepted plus
 the model's own next token. So an oracle drafter that always proposes n - 1 right tokens makes
 ``n / cost[n - 1]`` tokens per single-token decode, and the best n is the ceiling for any drafter.
+
+Measuring takes a few seconds (16 batch sizes, several repeats); the curve depends on the model,
+the thread counts and the batch settings, not on the prompt, so :func:`cached_cost_curve` keeps it
+in ``cache_dir()/cost-curves`` under a key made of those.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
 
 import llama_cpp
 import numpy as np
 
-from .batch import fill_batch
+from .batch import fill, sequence_rows
+from .files import cache_dir, write_text_atomically
 
 DEFAULT_MAX_N = 16
 DEFAULT_REPEATS = 7
@@ -24,7 +32,7 @@ CONTEXT_TOKENS = 256
 
 
 def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
-    fill_batch(llm, tokens, n_past)
+    fill(llm, sequence_rows(tokens, n_past))
     start = time.perf_counter()
     llm._ctx.decode(llm._batch)
     seconds = time.perf_counter() - start
@@ -69,3 +77,27 @@ def oracle_speedup(cost: np.ndarray) -> tuple[int, float]:
     rates = n / np.asarray(cost, dtype=float)
     best = int(np.argmax(rates))
     return best + 1, float(rates[best])
+
+
+def curve_key(llm: llama_cpp.Llama) -> str:
+    stat = os.stat(llm.model_path)
+    params = llm.context_params
+    settings = [
+        os.path.abspath(llm.model_path), stat.st_size, stat.st_mtime_ns,
+        params.n_threads, params.n_threads_batch, params.n_batch, params.n_ubatch,
+        int(params.flash_attn_type), params.type_k, params.type_v, llm.model_params.n_gpu_layers,
+        llama_cpp.llama_print_system_info().decode(),
+    ]  # fmt: skip
+    return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+
+
+def cached_cost_curve(llm: llama_cpp.Llama) -> np.ndarray:
+    """The curve for `llm`, from the cache or measured now (which resets `llm`'s context)."""
+    path = cache_dir() / "cost-curves" / f"{curve_key(llm)}.json"
+    try:
+        return np.asarray(json.loads(path.read_text())["cost"], dtype=np.float64)
+    except (OSError, ValueError, KeyError):
+        pass
+    cost = measure_cost_curve(llm)
+    write_text_atomically(path, json.dumps({"model": llm.model_path, "cost": cost.tolist()}))
+    return cost

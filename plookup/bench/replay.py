@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .stats import SpecStats
+from ..stats import SpecStats
 
 
 def accepted_length(draft: Sequence[int], output: Sequence[int]) -> int:
@@ -38,13 +38,11 @@ def score_drafts(drafts: Sequence[tuple[int, Sequence[int]]], output: Sequence[i
     return stats
 
 
-def replay(
-    drafter, prompt: Sequence[int], output: Sequence[int], max_draft: int, oracle_length: bool = False
-) -> tuple[SpecStats, list[int]]:
+def replay(drafter, prompt: Sequence[int], output: Sequence[int], oracle_length: bool = False) -> tuple[SpecStats, list[int]]:
     """Run `drafter` against the recorded greedy `output` of `prompt` as the decoder would.
 
     With ``oracle_length`` each step drafts exactly the part of the drafter's candidate
-    (``drafter.candidate``) that the model accepts, as if the draft-length policy knew the
+    (``drafter.candidate()``) that the model accepts, as if the draft-length policy knew the
     outcome: the bound any length policy can reach with these candidates.
 
     Returns the stats and the draft length of every step, for costing the steps afterwards.
@@ -55,13 +53,13 @@ def replay(
     pos = 0
     while pos < len(output):
         if oracle_length:
-            candidate = drafter.candidate(max_draft)
-            draft = candidate[: accepted_length(candidate.tolist(), output[pos:])]
+            candidate = drafter.candidate()
+            draft = candidate.draft(accepted_length(candidate.tokens.tolist(), output[pos:]))
         else:
-            draft = drafter.propose(max_draft)
-        accepted = accepted_length(draft.tolist(), output[pos:])
+            draft = drafter.propose()
+        accepted = accepted_length(draft.tokens.tolist(), output[pos:])
         stats.record_step(len(draft), accepted)
-        drafter.observe(len(draft), accepted)
+        drafter.observe(draft, accepted)
         draft_lengths.append(len(draft))
         emitted = output[pos : pos + accepted + 1]  # the accepted tokens and the model's own next one
         drafter.extend(emitted)
@@ -77,16 +75,16 @@ def modelled_speedup(draft_lengths: Sequence[int], generated: int, cost: np.ndar
     return generated / spent if spent else 0.0
 
 
-def replay_speedups(make_drafter, prompt, output, max_draft: int, cost: np.ndarray) -> tuple[SpecStats, float, float]:
+def replay_speedups(make_drafter, prompt, output, cost: np.ndarray) -> tuple[SpecStats, float, float]:
     """Replay a fresh ``make_drafter()`` on one recorded output, costed with the verify-cost curve.
 
     Returns the replay's stats, its modelled speedup over plain decoding, and the speedup of the
     same drafts sized by an oracle (``oracle_length``): how far the draft-length policy is from
     the best it could do with these drafts, beside the always-right ceiling of
-    :func:`plookup.costcurve.oracle_speedup`.
+    :func:`plookup.costs.oracle_speedup`.
     """
-    stats, lengths = replay(make_drafter(), prompt, output, max_draft)
-    _, oracle_lengths = replay(make_drafter(), prompt, output, max_draft, oracle_length=True)
+    stats, lengths = replay(make_drafter(), prompt, output)
+    _, oracle_lengths = replay(make_drafter(), prompt, output, oracle_length=True)
     return (
         stats,
         modelled_speedup(lengths, stats.generated, cost),

@@ -22,9 +22,9 @@ from pydantic import BaseModel
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
+from ..decoder import Llama
 from . import metrics as prometheus
-from .decoder import Llama
-from .server_errors import APIError, error_event, install_error_handlers, model_error
+from .errors import APIError, error_event, install_error_handlers, model_error
 
 
 class PredictionTextPart(BaseModel):
@@ -69,7 +69,7 @@ def create_app(llm: Llama, model_name: str) -> FastAPI:
         return kwargs
 
     def record(usage: dict) -> None:
-        metrics.record_generation(llm.last_stats)
+        metrics.record_generation(usage["speculative"])
         if "completion_tokens_details" in usage:
             metrics.record_prediction(usage["completion_tokens_details"])
 
@@ -103,7 +103,7 @@ def create_app(llm: Llama, model_name: str) -> FastAPI:
                 with anyio.CancelScope(shield=True):
                     if chunks is not None:
                         await run_in_threadpool(chunks.close)
-                    metrics.record_generation(llm.last_stats)
+                        metrics.record_generation(chunks.stats.as_dict())
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest):

@@ -5,7 +5,7 @@ one system's buffers (PLD's logits_all holds n_ctx x n_vocab floats) do not weig
 Only one worker computes at a time: the parent waits for each run.
 
 A run's record: the generated tokens (stopping after end-of-generation, which is included, as in
-plookup.plain.greedy_with_gaps), prefill / first-token / end-to-end seconds, the SpecStats fields,
+plookup.bench.plain.greedy_with_gaps), prefill / first-token / end-to-end seconds, the SpecStats fields,
 and the process's peak RSS in MiB.
 """
 
@@ -19,8 +19,8 @@ from typing import Sequence
 import llama_cpp
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+from ..stats import SpecStats
 from .replay import score_drafts
-from .stats import SpecStats
 
 IN_PROCESS_SYSTEMS = ("plain", "pld", "plookup-suffix", "plookup-ngram")
 # llama_cpp's prompt-lookup drafter proposes this many tokens (its own default).
@@ -115,11 +115,11 @@ def build_local(name: str, model_kwargs: dict, max_draft: int, temperature: floa
         # llama_cpp's speculative path reads every position's logits from its scores array.
         return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **model_kwargs), temperature)
     if name.startswith("plookup-"):
-        from .cli import make_drafter
-        from .decoder import Llama
+        from ..decoder import Llama
+        from ..drafters import make_drafter
 
-        drafter = make_drafter(name.removeprefix("plookup-"))
-        return LocalSystem(name, Llama(drafter=drafter, max_draft=max_draft, **model_kwargs), temperature)
+        drafter = make_drafter(name.removeprefix("plookup-"), max_draft)
+        return LocalSystem(name, Llama(drafter=drafter, **model_kwargs), temperature)
     raise ValueError(f"unknown system {name!r}; known: {', '.join(IN_PROCESS_SYSTEMS)}")
 
 

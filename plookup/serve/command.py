@@ -1,4 +1,4 @@
-"""`plookup serve`: the OpenAI-compatible HTTP server on the command line (the app is server_app)."""
+"""`plookup serve`: the OpenAI-compatible HTTP server on the command line (the app is in `app`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 
 def register(commands) -> None:
-    from .cli import add_drafter_option, add_model_options
+    from ..options import add_drafter_option, add_model_options
 
     serve = commands.add_parser(
         "serve", help="OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /metrics"
@@ -24,8 +24,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Imported here so that the other subcommands do not pay for FastAPI and uvicorn.
     import uvicorn
 
-    from .cli import load_llama
-    from .server_app import create_app
+    from ..options import load_llama
+    from .app import create_app
 
     llm = load_llama(args)
     app = create_app(llm, args.model_alias or os.path.basename(llm.model_path))

@@ -16,8 +16,8 @@ import urllib.error
 import urllib.request
 from typing import Optional, Sequence
 
-from .bench_systems import run_record
-from .stats import SpecStats
+from ..stats import SpecStats
+from .systems import run_record
 
 SPEC_TYPES = ("ngram-mod", "ngram-map-k")
 STARTUP_SECONDS = 120

@@ -1,0 +1,163 @@
+"""The acceptance rule (plookup.verify.accept) driven by fake samplers, with no model: greedy walks,
+a branch taken, a stopping criterion mid-draft, the bonus token, and the sampling-agreement counts;
+the batch layout it reads (plookup.batch.verify_rows); and a broken rule that these tests catch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plookup.batch import verify_rows
+from plookup.draft import Branch
+from plookup.verify import Verdict, accept
+
+
+def greedy(rows: dict[int, int]):
+    """A sampler answering the token each batch row's argmax would be; records the rows asked."""
+    asked = []
+
+    def sample(row):
+        asked.append(row)
+        return rows[row], None
+
+    sample.asked = asked
+    return sample
+
+
+def test_longest_agreeing_prefix_then_the_targets_token():
+    # draft 5 6 7; the target says 5 6 then 9 (row 2): 2 accepted, 9 is the correction.
+    sample = greedy({0: 5, 1: 6, 2: 9, 3: 4})
+    verdict = accept([5, 6, 7], sample)
+    assert verdict == Verdict((5, 6, 9), stopped=False, branch_taken=False)
+    assert verdict.accepted == 2 and sample.asked == [0, 1, 2]  # row 3 is never read
+
+
+def test_all_accepted_earns_the_bonus_token():
+    sample = greedy({0: 5, 1: 6, 2: 7, 3: 8})
+    verdict = accept([5, 6, 7], sample)
+    assert verdict.tokens == (5, 6, 7, 8) and verdict.accepted == 3 and sample.asked == [0, 1, 2, 3]
+
+
+def test_empty_draft_is_one_plain_step():
+    verdict = accept([], greedy({0: 42}))
+    assert verdict.tokens == (42,) and verdict.accepted == 0
+
+
+def test_first_token_rejected():
+    verdict = accept([5, 6], greedy({0: 1, 1: 6, 2: 7}))
+    assert verdict.tokens == (1,) and verdict.accepted == 0
+
+
+def test_branch_taken_at_the_fork_continues_on_the_branch_rows():
+    # draft 5 6 7 8, branch at 1: 5 + [16, 17]. Rows: 0..4 for pending + draft, 5..6 for the branch.
+    branch = Branch(1, np.array([16, 17], dtype=np.int32))
+    sample = greedy({0: 5, 1: 16, 5: 17, 6: 99})
+    verdict = accept([5, 6, 7, 8], sample, branch=branch)
+    assert verdict.branch_taken and verdict.tokens == (5, 16, 17, 99) and verdict.accepted == 3
+    assert sample.asked == [0, 1, 5, 6]
+
+
+def test_branch_not_taken_when_the_target_follows_the_draft():
+    branch = Branch(1, np.array([16, 17], dtype=np.int32))
+    sample = greedy({0: 5, 1: 6, 2: 3})
+    verdict = accept([5, 6, 7, 8], sample, branch=branch)
+    assert not verdict.branch_taken and verdict.tokens == (5, 6, 3) and sample.asked == [0, 1, 2]
+
+
+def test_neither_branch_at_the_fork():
+    branch = Branch(0, np.array([16], dtype=np.int32))
+    verdict = accept([5, 6], greedy({0: 3}), branch=branch)
+    assert not verdict.branch_taken and verdict.tokens == (3,) and verdict.accepted == 0
+
+
+def test_branch_rejected_later_on_its_own_rows():
+    branch = Branch(0, np.array([16, 17, 18], dtype=np.int32))
+    verdict = accept([5, 6], greedy({0: 16, 3: 17, 4: 0}), branch=branch)
+    assert verdict.branch_taken and verdict.tokens == (16, 17, 0) and verdict.accepted == 2
+
+
+def test_stop_mid_draft_drops_the_tripping_token_and_sees_the_verified_prefix():
+    seen = []
+
+    def stop(prefix, row):
+        seen.append((list(prefix), row))
+        return row == 2
+
+    verdict = accept([5, 6, 7], greedy({0: 5, 1: 6, 2: 7, 3: 8}), stop)
+    assert verdict.stopped and verdict.tokens == (5, 6) and verdict.accepted == 2
+    assert seen == [([], 0), ([5], 1), ([5, 6], 2)]
+
+
+def test_stop_sees_the_fork_once_the_branch_is_taken():
+    seen = []
+
+    def stop(prefix, row):
+        seen.append((list(prefix), row))
+        return False
+
+    branch = Branch(1, np.array([16, 17], dtype=np.int32))
+    accept([5, 6, 7], greedy({0: 5, 1: 16, 4: 17, 5: 1}), stop, branch)
+    assert seen == [([], 0), ([5], 1), ([5, 16], 4), ([5, 16, 17], 5)]
+
+
+def test_sampling_agreement_is_counted_per_sampled_token():
+    answers = {0: (5, True), 1: (6, False), 2: (0, True)}
+    verdict = accept([5, 6, 7], lambda row: answers[row])
+    assert (verdict.samples, verdict.most_likely) == (3, 2)
+    assert accept([5], greedy({0: 5, 1: 2})).samples == 0  # greedy reports nothing
+
+
+def test_verify_rows_layout_matches_what_accept_reads():
+    assert verify_rows(9, [5, 6], None, 10) == [(9, 10, (0,)), (5, 11, (0,)), (6, 12, (0,))]
+    rows = verify_rows(9, [5, 6, 7], Branch(1, np.array([16, 17])), 10)
+    assert rows == [
+        (9, 10, (0, 1)), (5, 11, (0, 1)),  # pending + draft[:1], shared
+        (6, 12, (0,)), (7, 13, (0,)),  # the rest of the draft on sequence 0: rows 2, 3
+        (16, 12, (1,)), (17, 13, (1,)),  # the branch on sequence 1 at the same positions: rows 4, 5
+    ]  # fmt: skip
+
+
+def reference_greedy(draft, branch, rows_token):
+    """The rule written out for greedy decoding: the path whose first token the target chose, the
+    longest prefix of it equal to the target's tokens along it, then the target's own token."""
+    fork = None if branch is None else [*draft[: branch[0]], *branch[1]]
+    path, rows = list(draft), list(range(len(draft) + 1))
+    if fork is not None and rows_token(branch[0]) == branch[1][0]:
+        path = fork
+        rows = [*range(branch[0] + 1), *range(len(draft) + 1, len(draft) + 1 + len(branch[1]))]
+    out = []
+    for i, row in enumerate(rows):
+        out.append(rows_token(row))
+        if i == len(path) or out[-1] != path[i]:
+            break
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    draft=st.lists(st.integers(0, 3), max_size=8),
+    branch=st.none() | st.tuples(st.integers(0, 7), st.lists(st.integers(0, 3), min_size=1, max_size=5)),
+    targets=st.lists(st.integers(0, 3), min_size=14, max_size=14),
+)
+def test_accept_matches_the_rule_written_out(draft, branch, targets):
+    if branch is not None and (branch[0] >= len(draft) or branch[1][0] == draft[branch[0]]):
+        branch = None  # a branch forks inside the draft, with a token other than the draft's
+    verdict = accept(draft, lambda row: (targets[row], None), None,
+                     None if branch is None else Branch(branch[0], np.array(branch[1])))  # fmt: skip
+    assert list(verdict.tokens) == reference_greedy(draft, branch, lambda row: targets[row])
+    assert verdict.accepted == len(verdict.tokens) - 1
+
+
+def accept_past_a_mismatch(draft, sample, stop=None, branch=None) -> Verdict:
+    """A broken rule with accept's interface: it keeps walking after the target disagrees."""
+    tokens = [sample(row)[0] for row in range(len(draft) + 1)]
+    return Verdict(tuple(tokens), False, False)
+
+
+@pytest.mark.parametrize("rule, broken", [(accept, False), (accept_past_a_mismatch, True)])
+def test_a_rule_that_accepts_past_a_mismatch_is_caught(rule, broken):
+    sample = greedy({0: 5, 1: 9, 2: 7, 3: 8})
+    tokens = rule([5, 6, 7], sample).tokens
+    assert (tokens != (5, 9)) == broken
