@@ -4,13 +4,23 @@
 # (e.g. CMAKE_ARGS="-DGGML_METAL=on" on a Mac, "-DGGML_CUDA=on" with CUDA). The built wheel is kept
 # in ~/.cache/plookup/wheels/<hash of version and CMAKE_ARGS>, never in pip's cache, whose entries
 # ignore CMAKE_ARGS and would hand a native build back to a portable install.
+#
+# EXACT=1 (e.g. `make EXACT=1 test`) appends -DGGML_LLAMAFILE=OFF to whichever CMAKE_ARGS are in
+# force and uses .venv-exact: llamafile's batched kernels round differently from single-token
+# decoding, so without them verify batches can be bitwise equal to plain decoding (`plookup
+# doctor` says for which models), at the price of slower batches. See README, "Exactness".
 
 PYTHON ?= python3
-VENV ?= .venv
-PY := $(VENV)/bin/python
 LLAMA_CPP_VERSION ?= 0.3.36
 PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 CMAKE_ARGS ?= $(PORTABLE_CMAKE_ARGS)
+ifeq ($(EXACT),1)
+override CMAKE_ARGS += -DGGML_LLAMAFILE=OFF
+VENV ?= .venv-exact
+else
+VENV ?= .venv
+endif
+PY := $(VENV)/bin/python
 export CMAKE_ARGS
 WHEEL_KEY := $(shell printf '%s %s' '$(LLAMA_CPP_VERSION)' '$(CMAKE_ARGS)' | sha1sum | cut -c1-12)
 WHEEL_DIR := $(HOME)/.cache/plookup/wheels/$(WHEEL_KEY)
@@ -18,7 +28,7 @@ STAMP := $(VENV)/.plookup-installed-$(WHEEL_KEY)
 
 LLAMA_SERVER := $(HOME)/.cache/plookup/llama-server/$(WHEEL_KEY)/llama-server
 
-.PHONY: install demo test test-slow bench llama-server clean
+.PHONY: install demo test test-slow test-exact bench llama-server clean
 
 install: $(STAMP)
 
@@ -44,6 +54,11 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q tests
 
+# With EXACT=1: the exactness and doctor tests, which assert full-length identity with plain decoding
+# wherever the probe finds verify batches exact (CI runs this leg after `make test`).
+test-exact: install
+	$(PY) -m pytest -q tests/test_exact.py tests/test_doctor.py
+
 # llama.cpp's own server, for `plookup bench` to compare its n-gram drafters against (optional).
 bench: install
 	$(VENV)/bin/plookup bench $(if $(wildcard $(LLAMA_SERVER)),--llama-server $(LLAMA_SERVER))
@@ -62,4 +77,4 @@ $(LLAMA_SERVER):
 	mkdir -p $(dir $@) && cp $$tmp/build/bin/llama-server $@ && rm -rf $$tmp
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf .venv .venv-exact build *.egg-info

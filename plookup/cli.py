@@ -1,4 +1,4 @@
-"""`plookup` command line: generate, bench, serve, models."""
+"""`plookup` command line: generate, bench, serve, doctor, models."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import sys
 import time
 
+from . import doctor
 from .bench import command as bench
 from .models import MODEL_NAMES, QUANTS, resolve_model
-from .options import add_drafter_option, add_model_options, load_llama
+from .options import add_drafter_option, add_model_options, load_llama, save_memory
 from .serve import command as serve
 
 
@@ -32,6 +33,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result = llm.create_completion(prompt, **options)
         text = result["choices"][0]["text"]
     seconds = time.perf_counter() - start
+    save_memory(args, llm)
     usage = result["usage"]
     if args.json:
         print(json.dumps({"text": text, "usage": usage, "seconds": seconds}, indent=2))
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench.register(commands)
     serve.register(commands)
+    doctor.register(commands)
     return parser
 
 

@@ -17,12 +17,14 @@ import hashlib
 import json
 import os
 import time
+import warnings
 
 import llama_cpp
 import numpy as np
 
 from .batch import fill, sequence_rows
 from .files import cache_dir, write_text_atomically
+from .policy import validate_cost_curve
 
 DEFAULT_MAX_N = 16
 DEFAULT_REPEATS = 7
@@ -95,9 +97,11 @@ def cached_cost_curve(llm: llama_cpp.Llama) -> np.ndarray:
     """The curve for `llm`, from the cache or measured now (which resets `llm`'s context)."""
     path = cache_dir() / "cost-curves" / f"{curve_key(llm)}.json"
     try:
-        return np.asarray(json.loads(path.read_text())["cost"], dtype=np.float64)
-    except (OSError, ValueError, KeyError):
+        return validate_cost_curve(json.loads(path.read_text())["cost"])
+    except FileNotFoundError:
         pass
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        warnings.warn(f"plookup: ignoring the unreadable cost curve {path} ({e}); measuring it again")
     cost = measure_cost_curve(llm)
     write_text_atomically(path, json.dumps({"model": llm.model_path, "cost": cost.tolist()}))
     return cost

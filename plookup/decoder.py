@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import time
 import warnings
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Generator, Iterator, Optional, Sequence
+from typing import Callable, Generator, Iterator, Optional, Sequence
 
 import llama_cpp
 import llama_cpp._internals as internals
@@ -31,9 +32,10 @@ import numpy as np
 
 from .batch import fill, verify_rows
 from .costs import cached_cost_curve
-from .draft import MEMORY, Draft
+from .draft import MEMORY, NO_DRAFT, Draft
 from .drafters import IndexDrafter, check_max_draft, make_drafter
-from .prediction import prediction_text, prediction_usage
+from .exactness import TILED_ENV, cached_invariance, model_params, recommended_settings
+from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
 from .verify import Sample, Verdict, accept
 
@@ -55,10 +57,15 @@ def check_gguf(model_path: str) -> None:
 
 @dataclass
 class Call:
-    """One generation request: its counters, and the tokens of its prediction (a draft source)."""
+    """One generation request: its counters, the tokens of its prediction (a draft source), and a
+    predicate that, once true, ends its generation at the next step (e.g. its client hung up)."""
 
     stats: SpecStats = field(default_factory=SpecStats)
     prediction: Sequence[int] = ()
+    cancelled: Optional[Callable[[], bool]] = None
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled is not None and self.cancelled()
 
 
 _current_call: ContextVar[Optional[Call]] = ContextVar("plookup_call", default=None)
@@ -71,13 +78,6 @@ def _within(call: Call, function, *args, **kwargs):
         return function(*args, **kwargs)
     finally:
         _current_call.reset(token)
-
-
-def _chunk_text(chunk: dict) -> str:
-    choice = chunk["choices"][0] if chunk.get("choices") else {}
-    if "text" in choice:
-        return choice["text"] or ""
-    return (choice.get("delta") or {}).get("content") or ""
 
 
 class Stream:
@@ -101,7 +101,7 @@ class Stream:
     def __next__(self) -> dict:
         chunk = _within(self._call, next, self._chunks)
         if self._text is not None:
-            self._text.append(_chunk_text(chunk))
+            self._text.append(chunk_text(chunk))
         return chunk
 
     def close(self) -> None:
@@ -123,8 +123,15 @@ class Llama(llama_cpp.Llama):
     drafter's own when given (default: the drafter's, 16).
     ``cost_curve``: "auto" measures this model's verify-cost curve on this machine once (cached on
     disk, see :mod:`plookup.costs`); an array gives it; None keeps the drafter's own.
+    ``exactness``: "auto" loads the model with the settings under which ``plookup doctor`` found
+    its verify batches bitwise equal to single-token decoding (when it has run for this model and
+    build), and probes the settings in force once (cached): ``.exact`` says the verdict, and
+    ``usage["speculative"]["exact"]`` repeats it. None skips both (``.exact`` is None).
+    ``use_extra_bufts``: llama.cpp's weight repacking (llama_model_params; default on, unless the
+    doctor's settings say off).
     Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
-    forces ``logits_all=True``, which this decoder does not need.
+    forces ``logits_all=True``, which this decoder does not need. A model whose memory cannot drop
+    a suffix (recurrent, hybrid) decodes plainly, with a warning.
 
     The completions take an OpenAI-style ``prediction`` (see :mod:`plookup.prediction`) and report
     ``usage["speculative"]``; a streamed completion is a :class:`Stream`.
@@ -140,12 +147,16 @@ class Llama(llama_cpp.Llama):
         drafter: Optional[IndexDrafter] = None,
         max_draft: Optional[int] = None,
         cost_curve="auto",
+        exactness="auto",
+        use_extra_bufts: Optional[bool] = None,
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
         self._stack = contextlib.ExitStack()
         if max_draft is not None:
             check_max_draft(max_draft)
+        if exactness not in ("auto", None):
+            raise ValueError(f'exactness must be "auto" or None, got {exactness!r}')
         if kwargs.get("draft_model") is not None:
             raise ValueError(
                 "plookup.Llama drafts by itself: pass drafter=plookup.SuffixDrafter() instead of "
@@ -156,7 +167,14 @@ class Llama(llama_cpp.Llama):
             warnings.warn("plookup.Llama needs swa_full=True to roll back drafts; using it")
             kwargs["swa_full"] = True
         check_gguf(model_path)
-        super().__init__(model_path, *args, **kwargs)
+        settings = recommended_settings(model_path) if exactness == "auto" else None
+        if settings is not None:  # plookup doctor measured verify batches exact with these
+            kwargs.setdefault("flash_attn", settings.flash_attn)
+            if not settings.tiled:
+                os.environ.setdefault(TILED_ENV, "0")  # read by ggml at the process's first matmul
+        repack = use_extra_bufts if use_extra_bufts is not None else settings is None or settings.repack
+        with model_params(repack):
+            super().__init__(model_path, *args, **kwargs)
         # llama.cpp may round n_ctx up, but input_ids holds the requested n_ctx: create_completion
         # sizes max_tokens <= 0 by _n_ctx, and a generation it did not cap would lose its text.
         self._n_ctx = min(self._n_ctx, len(self.input_ids))
@@ -164,12 +182,27 @@ class Llama(llama_cpp.Llama):
         self.drafter = drafter if drafter is not None else make_drafter()
         if max_draft is not None:
             self.drafter.max_draft = max_draft
-        self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
-        if isinstance(cost_curve, str) and cost_curve == "auto":
-            cost_curve = cached_cost_curve(self)
-        if cost_curve is not None:
-            self.drafter.use_cost_curve(cost_curve)
-        self.last_stats = SpecStats()  # a view of the latest call's stats
+        # Recurrent and hybrid memories cannot drop a suffix, so rejected draft tokens would stay.
+        self.can_roll_back = not (self._is_recurrent or self._is_hybrid)
+        self.exact: Optional[bool] = None
+        if not self.can_roll_back:
+            warnings.warn(f"plookup: {model_path} keeps a recurrent state that cannot drop rejected "
+                          f"draft tokens; decoding it plainly, without speculation")  # fmt: skip
+        else:
+            self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
+            if isinstance(cost_curve, str) and cost_curve == "auto":
+                cost_curve = cached_cost_curve(self)
+            if cost_curve is not None:
+                self.drafter.use_cost_curve(cost_curve)
+            if exactness == "auto":
+                self.exact = cached_invariance(self).invariant
+                if self.exact:
+                    # Exact single drafts beat a second branch: without flash attention its rows
+                    # round differently (softmax over cells out of order), and a branch taken
+                    # leaves its tokens in other cells than plain decoding would, so every later
+                    # token would round differently too.
+                    self.drafter.branches = False
+        self.last_stats = SpecStats(exact=self.exact)  # a view of the latest call's stats
 
     @property
     def max_draft(self) -> int:
@@ -208,24 +241,38 @@ class Llama(llama_cpp.Llama):
         call, owner = self._call(prediction)
         return self._deliver(call, owner, _within(call, super().create_chat_completion, *args, **kwargs))
 
+    @contextlib.contextmanager
+    def request(self, prediction=None, cancelled: Optional[Callable[[], bool]] = None) -> Iterator[Call]:
+        """The create_* calls inside the block (and their streams) run as this one request: with
+        this prediction, ending early once ``cancelled()`` is true, counted in the Call's stats.
+        Its prediction's accounting is left to the caller (:meth:`prediction_details`): a server
+        does it outside its model lock."""
+        call = self._new_call(prediction, cancelled)
+        token = _current_call.set(call)
+        try:
+            yield call
+        finally:
+            _current_call.reset(token)
+
     def _call(self, prediction) -> tuple[Call, bool]:
-        """(the call, whether this entry point owns it): a new one, or the running one for the
-        completion a chat handler makes inside create_chat_completion."""
+        """(the call, whether this entry point owns it): the running one (a chat handler's
+        completion inside create_chat_completion, or any call inside :meth:`request`), or a new one."""
         running = _current_call.get()
         if prediction is None and running is not None:
             return running, False
-        stats = SpecStats()  # before anything can fail: a failed call owns empty stats
+        return self._new_call(prediction), True
+
+    def _new_call(self, prediction, cancelled=None) -> Call:
+        stats = SpecStats(exact=self.exact)  # before anything can fail: a failed call owns empty stats
         tokens = () if prediction is None else self.tokenize(prediction_text(prediction).encode("utf-8"), add_bos=False)
-        return Call(stats, tokens), True
+        return Call(stats, tokens, cancelled)
 
     def _deliver(self, call: Call, owner: bool, result):
         if not isinstance(result, dict):
             return Stream(self, call, result, owner)
         result["usage"]["speculative"] = call.stats.as_dict()
         if owner and call.prediction:
-            choice = result["choices"][0]
-            text = choice["text"] if "text" in choice else choice["message"]["content"] or ""
-            result["usage"]["completion_tokens_details"] = self.prediction_details(call.prediction, text)
+            result["usage"]["completion_tokens_details"] = self.prediction_details(call.prediction, completion_text(result))
         return result
 
     def prediction_details(self, prediction: Sequence[int], text: str) -> dict:
@@ -253,7 +300,7 @@ class Llama(llama_cpp.Llama):
         stopping_criteria: Optional[llama_cpp.StoppingCriteriaList] = None,
         grammar: Optional[llama_cpp.LlamaGrammar] = None,
     ) -> Generator[int, Optional[Sequence[int]], None]:
-        call = _current_call.get() or Call()
+        call = _current_call.get() or Call(SpecStats(exact=self.exact))
         self.last_stats = stats = call.stats
         sampling = dict(
             top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
@@ -273,14 +320,17 @@ class Llama(llama_cpp.Llama):
                 raise ValueError(
                     f"token id {token} at position {i} is outside the vocabulary of {self._n_vocab}"
                 )
-        if logits_processor is not None:
+        if logits_processor is not None or not self.can_roll_back:
             # A Python logits processor reads self._input_ids at every call, which during a
             # verify step would include unverified draft tokens: decode plainly instead.
-            warnings.warn("plookup: logits_processor given, decoding without speculation")
+            if logits_processor is not None:
+                warnings.warn("plookup: logits_processor given, decoding without speculation")
             for token in super().generate(
                 tokens, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
                 grammar=grammar, **sampling,
             ):  # fmt: skip
+                if call.is_cancelled():
+                    return
                 stats.record_step(0, 0)
                 stats.generated += 1
                 yield token
@@ -294,24 +344,21 @@ class Llama(llama_cpp.Llama):
         self._mirostat_mu = ctypes.c_float(2.0 * sampling["mirostat_tau"])
         self._sampler = sampler = self._init_sampler(grammar=grammar, **sampling)
         sample = self._sample_function(sampler, randomly=sampling["temp"] != 0)  # llama_cpp: < 0 samples too
-        self._prefill(tokens[:-1])
+        if len(tokens) >= self._n_ctx:
+            return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
+        stats.prefill_tokens = self._prefill(tokens)
         # A prediction is history the drafter may continue a match into; this call only.
         drafter.start([*call.prediction, *tokens])
-        pending = tokens[-1]
         kept = self.n_tokens  # cache entries that stay valid whatever happens next
         try:
+            # The first token comes from the prompt's last row, as in plain decoding: a step that
+            # drafts nothing is then plain's single-token decode, so the text equals plain's
+            # until a verify batch rounds differently (never, where verification is exact).
+            n_past = self.n_tokens - 1  # the prompt's last token plays the pending token's part
+            stop = None if stopping_criteria is None else self._stop_function(stopping_criteria, n_past)
+            verdict = self.acceptance([], lambda _: sample(-1), stop and (lambda prefix, _: stop(prefix, -1)))
+            draft = path = NO_DRAFT  # what was verified, and the path taken through it
             while True:
-                n_past = self.n_tokens
-                # Draft tokens that fit behind `pending` so that prompt + output stays <= n_ctx,
-                # as llama_cpp caps it (the token sampled last is never evaluated).
-                room = self._n_ctx - n_past - 2
-                if room < 0:
-                    return  # context full: the caller reports finish_reason "length"
-                t0 = time.perf_counter()
-                draft = drafter.propose(min(room, self.n_batch - 1))
-                stats.draft_seconds += time.perf_counter() - t0
-
-                verdict, path = self._step(pending, draft, n_past, sample, stopping_criteria)
                 stats.record_step(len(path), verdict.accepted)
                 if draft.branch is not None:
                     stats.branch_steps += 1
@@ -320,16 +367,24 @@ class Llama(llama_cpp.Llama):
                     stats.accepted_from_memory += verdict.accepted
                 drafter.observe(path, verdict.accepted)
                 drafter.observe_sampling(verdict.samples, verdict.most_likely)
-
                 for i, token in enumerate(verdict.tokens):
                     # The caller may stop at any token; keep only what it has seen decoded.
                     kept = n_past + 1 + min(i + 1, verdict.accepted)
                     drafter.extend((token,))
                     stats.generated += 1
                     yield token
-                if verdict.stopped:
+                if verdict.stopped or call.is_cancelled():
                     return
-                pending = verdict.tokens[-1]
+                pending, n_past = verdict.tokens[-1], self.n_tokens
+                # Draft tokens that fit behind `pending` so that prompt + output stays <= n_ctx,
+                # as llama_cpp caps it (the token sampled last is never evaluated).
+                room = self._n_ctx - n_past - 2
+                if room < 0:
+                    return  # context full: the caller reports finish_reason "length"
+                t0 = time.perf_counter()
+                draft = drafter.propose(min(room, self.n_batch - 1)) if self.can_roll_back else NO_DRAFT
+                stats.draft_seconds += time.perf_counter() - t0
+                verdict, path = self._step(pending, draft, n_past, sample, stopping_criteria)
         finally:
             self._truncate(kept)
             self._requires_eval = True  # the context's logits belong to a verify batch
@@ -344,6 +399,7 @@ class Llama(llama_cpp.Llama):
         memory, branch = self._ctx.memory, draft.branch
         if branch is not None:
             llama_cpp.llama_memory_seq_cp(memory, 0, 1, -1, -1)  # the branches share the whole prefix
+        rolled_back = True
         try:
             fill(self, verify_rows(pending, draft.tokens, branch, n_past))
             self._ctx.decode(self._batch)
@@ -354,15 +410,32 @@ class Llama(llama_cpp.Llama):
             if verdict.branch_taken:
                 path = draft.fork()
                 fork = n_past + 1 + branch.at  # first position where the branches differ
-                llama_cpp.llama_memory_seq_rm(memory, 0, fork, -1)
+                rolled_back = llama_cpp.llama_memory_seq_rm(memory, 0, fork, -1)
                 llama_cpp.llama_memory_seq_cp(memory, 1, 0, fork, -1)
         finally:
             if branch is not None:
-                llama_cpp.llama_memory_seq_rm(memory, 1, -1, -1)
+                rolled_back &= llama_cpp.llama_memory_seq_rm(memory, 1, -1, -1)
         self.input_ids[n_past : n_past + 1 + len(path)] = [pending, *path.tokens.tolist()]
         self.n_tokens = n_past + 1 + len(path)
-        self._truncate(n_past + 1 + verdict.accepted)  # drop the rejected draft tokens
+        keep = n_past + 1 + verdict.accepted
+        if keep < self.n_tokens:  # drop the rejected draft tokens
+            rolled_back &= self._ctx.kv_cache_seq_rm(-1, keep, -1)
+        if not rolled_back:
+            self._evaluate_afresh(keep)
+        self.n_tokens = keep
         return verdict, path
+
+    def _evaluate_afresh(self, n_tokens: int) -> None:
+        """The memory refused to drop rejected draft tokens (llama_memory_seq_rm failed): never go
+        on with them in it. Warn, stop drafting on this model, and rebuild the cache from the
+        verified tokens input_ids[:n_tokens]."""
+        warnings.warn("plookup: llama.cpp could not remove rejected draft tokens from the cache; "
+                      "re-evaluating the verified tokens and decoding this model plainly from now on")  # fmt: skip
+        self.can_roll_back = False
+        tokens = self.input_ids[:n_tokens].tolist()
+        self._ctx.kv_cache_clear()  # llama_memory_clear: every kind of memory can do that
+        self.n_tokens = 0
+        self.eval(tokens)
 
     def _sample_function(self, sampler, randomly: bool) -> Sample:
         """sample(row): the request's sampler chain on a batch row; at temperature > 0 also
@@ -386,26 +459,30 @@ class Llama(llama_cpp.Llama):
 
         return stop
 
-    def _prefill(self, prompt: list[int]) -> None:
-        """Make the cache hold exactly `prompt`, reusing the longest cached prefix."""
+    def _prefill(self, prompt: list[int]) -> int:
+        """Evaluate `prompt` with the llama_decode calls llama_cpp's plain generate makes: keep the
+        longest cached prefix, decode the rest in n_batch chunks; when the whole prompt is cached,
+        decode its last token again, since its logits are gone. Returns the tokens evaluated."""
         cached = 0
-        for a, b in zip(self._input_ids.tolist(), prompt):
+        for a, b in zip(self.input_ids[: self.n_tokens].tolist(), prompt):
             if a != b:
                 break
             cached += 1
-        if not self._ctx.kv_cache_seq_rm(-1, cached, -1):
-            # Recurrent/hybrid memories cannot drop a suffix: start over.
+        reuse = cached - 1 if cached == len(prompt) else cached
+        if reuse > 0 and self._ctx.kv_cache_seq_rm(-1, reuse, -1):
+            self.n_tokens = reuse
+        else:  # nothing to reuse, or a memory that cannot drop a suffix (llama_cpp does the same)
             self.reset()
-            self._ctx.kv_cache_clear()
-            cached = 0
-        self.n_tokens = cached
-        if cached < len(prompt):
-            self.eval(prompt[cached:])
+        start = self.n_tokens
+        self.eval(prompt[start:])
+        return len(prompt) - start
 
     def _logits_row(self, i: int) -> np.ndarray:
         return np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(self._n_vocab,))
 
     def _truncate(self, n_tokens: int) -> None:
         # Unconditional: after a failed decode the cache may hold entries beyond n_tokens.
-        self._ctx.kv_cache_seq_rm(-1, n_tokens, -1)
+        if not self._ctx.kv_cache_seq_rm(-1, n_tokens, -1):
+            self._ctx.kv_cache_clear()  # it holds more than input_ids says: start afresh next time
+            self.n_tokens = 0
         self.n_tokens = min(self.n_tokens, n_tokens)

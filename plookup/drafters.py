@@ -58,6 +58,9 @@ class IndexDrafter(LlamaDraftModel):
         self.index = index
         self.policy = DraftPolicy(min_match=min_match)
         self.max_draft = check_max_draft(max_draft)
+        # Whether a draft may carry a second branch: plookup.Llama turns it off where two-branch
+        # batches are not bitwise exact but single ones are (see plookup.exactness).
+        self.branches = True
 
     def use_cost_curve(self, cost) -> None:
         """Size drafts for this verify-cost curve (see :mod:`plookup.costs`)."""
@@ -115,7 +118,7 @@ class IndexDrafter(LlamaDraftModel):
         """(n, branch) when a second branch at the candidate's first uncertain token pays
         beside its first n tokens, else None."""
         uncertain = np.flatnonzero(candidate.agree < 1.0)
-        if uncertain.size == 0:
+        if uncertain.size == 0 or not self.branches:
             return None
         k = int(uncertain[0])
         alt, alt_agree = self._alternative(candidate, k, max_draft - k - 1)  # leave draft[k] a place

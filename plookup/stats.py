@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 @dataclass
 class SpecStats:
     drafted: int = 0  # draft tokens sent to the model for verification
     accepted: int = 0  # of those, tokens the model agreed with
-    forward_passes: int = 0  # llama_decode calls that produced generated tokens (prefill excluded)
+    # llama_decode calls that produced generated tokens: the prompt's last batch (the first token
+    # is sampled from its last row, as in plain decoding), then one per verify step
+    forward_passes: int = 0
     generated: int = 0  # tokens handed to the caller
+    prefill_tokens: int = 0  # prompt tokens evaluated for this call (the rest was cached)
+    exact: Optional[bool] = None  # verify batches bitwise equal to plain decoding here (plookup doctor)
     draft_seconds: float = 0.0  # time spent in the drafter
     accepted_from_memory: int = 0  # accepted tokens drafted from a cross-request memory
     # steps that verified two branches in one batch (drafted/accepted count the branch taken)
@@ -37,6 +42,8 @@ class SpecStats:
             "accepted": self.accepted,
             "forward_passes": self.forward_passes,
             "generated": self.generated,
+            "prefill_tokens": self.prefill_tokens,
+            "exact": self.exact,
             "accepted_per_position": list(self.accepted_per_position),
             "drafted_per_position": list(self.drafted_per_position),
             "draft_seconds": self.draft_seconds,

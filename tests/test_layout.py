@@ -1,4 +1,4 @@
-"""The package's imports run one way: cli → {serve, bench} → options → core → plookup.native.
+"""The package's imports run one way: cli → {serve, bench, doctor} → options → core → plookup.native.
 
 Read with `ast` from the source, imports inside functions included: no cycle anywhere (a package's
 ``__init__`` re-exporting its own children does not count), nothing imports cli, the core never
@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"plookup": ROOT / "plookup", "plookup.native": ROOT / "native"}
 # The layers above the core, by the first part of the module name after "plookup.".
-LAYERS = {"cli": 3, "serve": 2, "bench": 2, "options": 1}
+LAYERS = {"cli": 3, "serve": 2, "bench": 2, "doctor": 2, "options": 1}
+COMMANDS = ("serve", "bench", "doctor")
 
 
 def modules() -> dict[str, Path]:
@@ -106,9 +107,9 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{source}: native kernels import nothing of plookup ({target})")
             elif a in ("core", "native") and b in LAYERS:
                 bad.append(f"core module {source} imports {target}")
-            elif a == "options" and b in ("serve", "bench"):
+            elif a == "options" and b in COMMANDS:
                 bad.append(f"{source} imports {target}")
-            elif {a, b} == {"serve", "bench"}:
+            elif a in COMMANDS and b in COMMANDS and a != b:
                 bad.append(f"{source} imports its sibling {target}")
     return bad
 

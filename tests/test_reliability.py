@@ -11,6 +11,7 @@ append_nothing) and the boundschecked kernel fuzz (test_kernels.py::test_boundsc
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -448,3 +449,55 @@ def test_property_tests_under_boundscheck(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:]
     assert " passed" in result.stdout and "deselected" in result.stdout
+
+
+# -- a memory that refuses to drop rejected draft tokens
+
+
+def test_a_failing_seq_rm_means_plain_decoding_never_wrong_output(model_path, expected):
+    llm = plookup.Llama(model_path["smollm2"], **KWARGS)
+    refused, seq_rm = [], llm._ctx.kv_cache_seq_rm
+
+    def refusing_seq_rm(seq_id, p0, p1):  # as a recurrent memory: all or nothing
+        if p0 > 0:
+            refused.append(p0)
+            return False
+        return seq_rm(seq_id, p0, p1)
+
+    llm._ctx.kv_cache_seq_rm = refusing_seq_rm
+    with pytest.warns(UserWarning, match="could not remove rejected draft tokens"):
+        got = complete(llm)
+    assert refused and not llm.can_roll_back  # it happened, and drafting stopped
+    assert got["choices"][0]["text"] == expected  # the rejected tokens never reached the output
+    assert complete(llm)["choices"][0]["text"] == expected  # plainly, from then on
+    assert complete(llm)["usage"]["speculative"]["drafted"] == 0
+    del llm._ctx.kv_cache_seq_rm
+    assert_consistent(llm)
+
+
+def test_recurrent_models_decode_plainly_with_one_warning(model_path, monkeypatch, expected):
+    # No recurrent GGUF ships with the test models: llama_cpp's own flags stand in for one.
+    monkeypatch.setattr(llama_cpp.llama_cpp, "llama_model_is_recurrent", lambda model: True)
+    with pytest.warns(UserWarning, match="cannot drop rejected draft tokens; decoding it plainly"):
+        llm = plookup.Llama(model_path["smollm2"], **KWARGS)
+    monkeypatch.undo()
+    assert not llm.can_roll_back and llm.exact is None
+    out = complete(llm)
+    assert out["choices"][0]["text"] == expected and out["usage"]["speculative"]["drafted"] == 0
+
+
+# -- files written whole, for their owner only
+
+
+def test_cost_curve_cache_is_owner_only_and_a_corrupt_one_is_replaced(model_path, tmp_path, monkeypatch):
+    from plookup.costs import cached_cost_curve, curve_key
+
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    llm = plookup.Llama(model_path["smollm2"], **dict(KWARGS, n_ctx=64))  # measures and caches
+    path = tmp_path / "cost-curves" / f"{curve_key(llm)}.json"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
+    path.write_text('{"cost": [1.0, ')
+    with pytest.warns(UserWarning, match="unreadable cost curve"):
+        cost = cached_cost_curve(llm)
+    assert len(cost) == 16 and json.loads(path.read_text())["cost"] == cost.tolist()

@@ -1,0 +1,158 @@
+"""`plookup doctor`: for this model, build and machine, what speculation can gain and whether it is exact.
+
+Each runtime setting of :data:`plookup.exactness.SETTINGS_TO_PROBE` is measured in a fresh process
+(ggml reads its tiled-kernel switch once per process): batch invariance of single-draft and
+two-branch verify batches, the verify-cost curve and its always-right ceiling, prompt and decode
+speed. The report is kept per model and build, where plookup.Llama finds the settings that make
+its verification exact, and the advice (:func:`plookup.exactness.advise`) is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+from collections import Counter
+from dataclasses import asdict
+
+from .costs import measure_cost_curve, oracle_speedup
+from .exactness import (
+    SETTINGS_TO_PROBE,
+    TILED_ENV,
+    Settings,
+    advise,
+    llamafile_in_build,
+    load_report,
+    measure_speeds,
+    probe_invariance,
+    save_report,
+)
+from .models import quantized_path, resolve_model
+from .options import add_model_options
+
+
+def register(commands) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="what speculation gains here, and whether its output is exact, for one model",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    add_model_options(doctor)
+    doctor.add_argument("--quants", default="", metavar="Q,Q",
+                        help="also measure these requantizations of the model, e.g. q8_0,q4_0")  # fmt: skip
+    doctor.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    doctor.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    path = resolve_model(args.model)
+    report = diagnose(path, args.threads, args.n_ctx, [q for q in args.quants.split(",") if q])
+    save_report(path, report)
+    print(render(report))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+def diagnose(path: str, threads: int, n_ctx: int, quants: list[str]) -> dict:
+    """The doctor's report for the model file `path` (every figure measured now)."""
+    import llama_cpp
+
+    report = dict(
+        model=path, tensor_types=tensor_types(path), llamafile=llamafile_in_build(),
+        llama_cpp_python=llama_cpp.__version__, system_info=llama_cpp.llama_print_system_info().decode().strip(),
+        threads=threads, configs=[],
+    )  # fmt: skip
+    report["quant"] = file_type(report["tensor_types"])
+    for i, settings in enumerate(SETTINGS_TO_PROBE, 1):
+        note(f"[{i}/{len(SETTINGS_TO_PROBE)}] {settings.label()}")
+        report["configs"].append(in_fresh_process(path, settings, threads, n_ctx))
+    report["quants"] = {}
+    for quant in quants:
+        note(f"requantized to {quant}")
+        measured = in_fresh_process(str(quantized_path(path, quant)), Settings(), threads, n_ctx)
+        report["quants"][quant] = measured["ceiling"]
+    # The same model measured in the other build (`make EXACT=1` or not), when the doctor ran there.
+    report["advice"] = advise(report, load_report(path, llamafile=not report["llamafile"]))
+    return report
+
+
+def tensor_types(path: str) -> dict[str, int]:
+    """How many tensors of each type the GGUF file holds (read with the gguf package)."""
+    from gguf import GGUFReader
+
+    return dict(Counter(tensor.tensor_type.name for tensor in GGUFReader(path).tensors).most_common())
+
+
+def file_type(types: dict[str, int]) -> str:
+    """The most common quantized weight type, e.g. Q4_K (what the file mostly is)."""
+    quantized = {t: n for t, n in types.items() if t not in ("F32", "F16", "BF16")}
+    return max(quantized, key=quantized.get) if quantized else next(iter(types), "?")
+
+
+def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) -> dict:
+    """Everything the doctor reports for one setting (run it in a fresh process)."""
+    os.environ[TILED_ENV] = "1" if settings.tiled else "0"
+    from .decoder import Llama  # the probe needs plookup's two-sequence context
+
+    llm = Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=settings.flash_attn,
+                use_extra_bufts=settings.repack, cost_curve=None, exactness=None)  # fmt: skip
+    invariance = probe_invariance(llm)
+    cost = measure_cost_curve(llm)
+    best_n, ceiling = oracle_speedup(cost)
+    prompt_tps, decode_tps = measure_speeds(llm)
+    return dict(
+        settings=asdict(settings), invariant=invariance.invariant, summary=invariance.summary(),
+        checks=[asdict(c) for c in invariance.checks], cost=cost.tolist(), best_n=best_n,
+        ceiling=ceiling, prompt_tps=prompt_tps, decode_tps=decode_tps,
+    )  # fmt: skip
+
+
+def _worker(conn, *args) -> None:
+    try:
+        conn.send(("ok", measure_settings(*args)))
+    except Exception as e:  # reported to the parent, which raises it
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int) -> dict:
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_worker, args=(child, path, settings, threads, n_ctx), daemon=True)
+    process.start()
+    try:
+        status, value = parent.recv()
+    except EOFError:
+        raise RuntimeError(f"the measurement of {settings.label()} died (exit code {process.exitcode})") from None
+    finally:
+        process.join(timeout=30)
+    if status == "error":
+        raise RuntimeError(f"{settings.label()}: {value}")
+    return value
+
+
+def render(report: dict) -> str:
+    types = ", ".join(f"{t} {n}" for t, n in report["tensor_types"].items())
+    lines = [
+        f"model: {report['model']}",
+        f"  tensors: {types}",
+        f"build: llama-cpp-python {report['llama_cpp_python']}; {report['system_info']}",
+        f"threads: {report['threads']}",
+        "",
+        f"{'setting':48s} {'verify batches':44s} {'ceiling':>14s} {'prompt tok/s':>13s} {'decode tok/s':>13s}",
+    ]
+    for config in report["configs"]:
+        label = Settings(**config["settings"]).label()
+        exact = ("exact: " if config["invariant"] else "not exact: ") + config["summary"]
+        ceiling = f"{config['ceiling']:.2f}x (n={config['best_n']})"
+        lines.append(f"{label:48s} {exact:44s} {ceiling:>14s} {config['prompt_tps']:13.0f} {config['decode_tps']:13.1f}")
+    for quant, ceiling in report.get("quants", {}).items():
+        lines.append(f"  requantized to {quant}: ceiling {ceiling:.2f}x")
+    lines += ["", "advice:"] + [f"- {line}" for line in report["advice"]]
+    return "\n".join(lines)
+
+
+def note(message: str) -> None:
+    print(f"plookup doctor: {message}", file=sys.stderr, flush=True)

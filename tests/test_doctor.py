@@ -1,0 +1,100 @@
+"""`plookup doctor`: the advice is a function of the measured figures (tested with given curves and
+verdicts, not timings), its report reaches plookup.Llama's settings, and the command runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import plookup
+from plookup import doctor
+from plookup.exactness import Settings, advise, exact_setting, recommended_settings, save_report
+
+from conftest import LLAMA_KWARGS
+
+
+def config(invariant: bool, ceiling: float, prompt=230.0, decode=95.0, best_n=12, **settings) -> dict:
+    return dict(settings=Settings(**settings).__dict__, invariant=invariant, ceiling=ceiling, best_n=best_n,
+                prompt_tps=prompt, decode_tps=decode, summary="3/209 rows bitwise equal, max |Δlogit| 2.1")  # fmt: skip
+
+
+def report(*configs, llamafile=True, **extra) -> dict:
+    return dict(llamafile=llamafile, configs=list(configs), **extra)
+
+
+def test_exact_with_the_defaults():
+    lines = advise(report(config(True, 2.71), config(True, 2.6, flash_attn=True)))
+    assert lines[0].startswith("speculation pays here up to 2.71x")
+    assert "exact with llama_cpp's default settings" in lines[1] and len(lines) == 2
+
+
+def test_exact_only_with_a_setting_names_it_and_its_price():
+    lines = advise(report(config(False, 2.05), config(False, 2.0, flash_attn=True),
+                          config(True, 1.70, prompt=180, decode=90, repack=False, tiled=False),
+                          config(True, 1.50, prompt=150, repack=False)))  # fmt: skip
+    assert "exact with flash attention off, repacking off, tiled K-quant kernel off" in lines[1]
+    assert "ceiling 2.05x -> 1.70x, prompt 230 -> 180 tok/s, decode 95 -> 90 tok/s" in lines[1]
+
+
+def test_not_exact_in_this_build_points_at_the_exact_build():
+    default = config(False, 2.71)
+    assert exact_setting([default]) is None
+    lines = advise(report(default))
+    assert "output is not exact with this build" in lines[1]
+    assert "make EXACT=1" in lines[2] and "run `plookup doctor` in that build" in lines[2]
+    measured = report(config(True, 1.83, prompt=190, decode=93), llamafile=False)
+    lines = advise(report(default), other_build=measured)
+    assert "`make EXACT=1` makes it exact for this model" in lines[2]
+    assert "ceiling 2.71x -> 1.83x, prompt 230 -> 190 tok/s" in lines[2] and "(measured)" in lines[2]
+    lines = advise(report(default), other_build=report(config(False, 1.9), llamafile=False))
+    assert "does not make this model exact either" in lines[2]
+    # Without llamafile there is no other build to suggest.
+    assert len(advise(report(default, llamafile=False))) == 2
+
+
+def test_the_cheaper_quant_is_named_when_the_curves_say_so():
+    lines = advise(report(config(False, 2.05), quants={"q8_0": 2.71, "q4_0": 2.16}, quant="Q4_K"))
+    assert lines[-1].startswith("Q8_0 verifies cheaper than Q4_K here: ceiling 2.71x vs 2.05x")
+    assert "`-m MODEL:q8_0`" in lines[-1]
+    # Within 5% of this file's ceiling, no quant is worth the switch.
+    assert not any("cheaper" in line for line in advise(report(config(False, 2.05), quants={"q8_0": 2.1})))
+
+
+def test_no_gain_on_a_steep_curve():
+    assert advise(report(config(True, 1.01, best_n=1)))[0].startswith("speculation cannot pay here")
+
+
+def test_a_cached_report_sets_plookups_runtime_settings(model_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    path = model_path["smollm2"]
+    assert recommended_settings(path) is None
+    save_report(path, report(config(False, 2.2), config(True, 1.9, repack=False)))
+    assert recommended_settings(path) == Settings(repack=False)
+    llm = plookup.Llama(path, cost_curve=None, **LLAMA_KWARGS)
+    assert llm.model_params.use_extra_bufts is False  # loaded as the doctor said
+    assert plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS).model_params.use_extra_bufts
+    assert plookup.Llama(path, cost_curve=None, use_extra_bufts=True, **LLAMA_KWARGS).model_params.use_extra_bufts
+
+
+def test_tensor_types_and_file_type(model_path):
+    types = doctor.tensor_types(model_path["smollm2"])
+    assert types == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
+    assert doctor.file_type(types) == "Q4_1"
+
+
+@pytest.mark.slow
+def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
+    """The whole command: every setting measured in a process of its own, a report, advice."""
+    from plookup import cli
+
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    out = tmp_path / "doctor.json"
+    assert cli.main(["doctor", "--threads", "2", "--n-ctx", "1024", "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert [Settings(**c["settings"]) for c in saved["configs"]][0] == Settings()
+    assert len(saved["configs"]) == 5 and all(len(c["cost"]) == 16 for c in saved["configs"])
+    assert saved["advice"] and "advice:" in capsys.readouterr().out
+    assert recommended_settings(saved["model"]) == (
+        Settings(**exact_setting(saved["configs"])["settings"]) if exact_setting(saved["configs"]) else None
+    )

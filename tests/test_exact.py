@@ -1,0 +1,117 @@
+"""Exactness: plookup's prefill is plain decoding's, so its output is plain's wherever it drafts
+nothing (any build); and where the doctor's probe finds verify batches bitwise equal to single-token
+decoding (the exact build, `make EXACT=1`), the whole output is plain's, token for token, with no
+near-tie allowance.
+
+`make test` runs this file in the default build (the exact-build tests skip); `make EXACT=1
+test-exact` runs it, with test_doctor.py, in a llama.cpp built without llamafile.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import llama_cpp
+import pytest
+
+import plookup
+from plookup.bench.plain import chat_prompt_tokens, first_divergence, greedy_with_gaps
+from plookup.bench.workloads import standard_workloads
+from plookup.exactness import llamafile_in_build, probe_invariance
+from plookup.models import quantized_path
+
+from conftest import LLAMA_KWARGS, MODEL_KWARGS, kv_positions
+
+MAX_TOKENS = 96
+WORKLOADS = standard_workloads(seed=0)
+# 14 code edits, 4 proofreading texts, 6 free-form questions (as in test_greedy.py).
+PROMPTS = WORKLOADS[:14] + WORKLOADS[14:18] + WORKLOADS[-6:]
+EXACT_BUILD = not llamafile_in_build()
+
+
+class DecodeLog:
+    """Records every llama_decode of a llama_cpp.Llama: (tokens, first position, rows with logits)."""
+
+    def __init__(self, llm: llama_cpp.Llama):
+        self.calls: list[tuple[tuple[int, ...], int, tuple[int, ...]]] = []
+        decode = llm._ctx.decode
+
+        def logged(batch):
+            b = batch.batch
+            self.calls.append((
+                tuple(b.token[i] for i in range(b.n_tokens)), b.pos[0],
+                tuple(i for i in range(b.n_tokens) if b.logits[i]),
+            ))  # fmt: skip
+            return decode(batch)
+
+        llm._ctx.decode = logged
+
+
+def test_prefill_makes_plain_decodings_llama_decode_calls(model_path):
+    """With nothing drafted, plookup makes exactly llama_cpp's calls, over a call history that
+    reuses a cached prefix, replays a fully cached prompt's last token, and extends the last
+    answer; n_batch 32 splits the longer prompts into chunks."""
+    kwargs = dict(LLAMA_KWARGS, n_batch=32)
+    plain = llama_cpp.Llama(model_path["smollm2"], **kwargs)
+    spec = plookup.Llama(model_path["smollm2"], max_draft=0, **kwargs)
+    logs = DecodeLog(plain), DecodeLog(spec)
+    first = "Rename `total` to `count`: def add(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
+
+    def complete(prompt: str) -> str:
+        texts = [llm.create_completion(prompt, max_tokens=12, temperature=0.0)["choices"][0]["text"] for llm in (plain, spec)]
+        assert texts[0] == texts[1]
+        return texts[0]
+
+    answer = complete(first)
+    complete(first)  # the whole prompt is cached: its last token is decoded again
+    complete(first[:40] + " # changed")  # a cached prefix, then the rest
+    complete(first + answer + "\nAnd now")  # the last prompt and its answer, extended
+    assert logs[1].calls == logs[0].calls
+    assert max(len(tokens) for tokens, _, _ in logs[0].calls) == 32  # the chunks were exercised
+    assert spec.last_stats.forward_passes == spec.last_stats.generated == 12
+    assert kv_positions(spec) == (0, spec.n_tokens - 1)
+
+
+def test_output_equals_plain_where_nothing_is_drafted(model_path, model_pair):
+    """Any build: plookup with drafting off is plain decoding, bit for bit, for the whole output."""
+    name, plain, _ = model_pair
+    spec = plookup.Llama(model_path[name], max_draft=0, **MODEL_KWARGS[name])
+    for workload in PROMPTS[::3]:
+        prompt = chat_prompt_tokens(spec, workload.messages)
+        reference, _ = greedy_with_gaps(plain, prompt, MAX_TOKENS)
+        tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), len(reference)))
+        assert tokens == reference, f"{name} {workload.name}: differs at {first_divergence(reference, tokens)}"
+        assert spec.last_stats.drafted == 0 and 0 < spec.last_stats.prefill_tokens <= len(prompt)  # prefix reuse
+
+
+@pytest.fixture(scope="module")
+def smollm2_q8_0(model_path):
+    return str(quantized_path(model_path["smollm2"], "q8_0"))
+
+
+def test_the_probe_tells_the_builds_apart(model_path, smollm2_q8_0):
+    """SmolLM2 Q4_1 (one Q8_0 tensor) and its Q8_0 requantization: not exact while llamafile's
+    kernels verify the batches, bitwise exact without them."""
+    for path in (model_path["smollm2"], smollm2_q8_0):
+        llm = plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS)
+        verdict = probe_invariance(llm)
+        assert len(verdict.checks) == 15 + 13  # n = 2..16 single-draft, n = 4..16 two-branch
+        assert verdict.invariant == EXACT_BUILD, verdict.summary()
+        assert (plookup.Llama(path, **LLAMA_KWARGS).exact is True) == EXACT_BUILD
+
+
+@pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
+@pytest.mark.parametrize("which", ["smollm2", "smollm2-q8_0"])
+def test_exact_build_gives_plains_text_token_for_token(model_path, smollm2_q8_0, which):
+    path = model_path["smollm2"] if which == "smollm2" else smollm2_q8_0
+    plain = llama_cpp.Llama(path, **LLAMA_KWARGS)
+    spec = plookup.Llama(path, **LLAMA_KWARGS)
+    assert spec.exact
+    accepted = 0
+    for workload in PROMPTS:
+        prompt = chat_prompt_tokens(spec, workload.messages)
+        reference, _ = greedy_with_gaps(plain, prompt, MAX_TOKENS)
+        tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), len(reference)))
+        assert tokens == reference, f"{which} {workload.name}: differs at {first_divergence(reference, tokens)}"
+        accepted += spec.last_stats.accepted
+    assert len(PROMPTS) >= 24 and accepted > 0  # verify batches were exercised, not skipped
