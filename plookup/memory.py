@@ -33,15 +33,20 @@ suffix of the request that occurs in memory, and what followed its most recent o
 from __future__ import annotations
 
 import collections
+import hashlib
 import threading
+import zipfile
+from typing import Optional
 
 import numpy as np
 
+from .files import write_atomically
 from .suffix_index import SuffixIndex
 from .token_arrays import as_token_array
 
 SEP = 2**31 - 1
 KEEP_FRACTION = 0.75
+DEFAULT_MEMORY_TOKENS = 1 << 20
 EMPTY_TOKENS = np.zeros(0, dtype=np.int32)
 EMPTY_AGREE = np.zeros(0, dtype=np.float64)
 
@@ -58,7 +63,7 @@ def _document(tokens) -> np.ndarray:
 class GlobalMemory:
     """Previous requests' tokens, at most `max_tokens` of them, oldest evicted first."""
 
-    def __init__(self, max_tokens: int = 1 << 20):
+    def __init__(self, max_tokens: int = DEFAULT_MEMORY_TOKENS):
         if not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         self.max_tokens = int(max_tokens)
@@ -115,30 +120,49 @@ class GlobalMemory:
                 start += length + 1
             return out
 
-    def save(self, path) -> None:
-        """Write the documents and the bound to `path` (a .npz archive, written as named)."""
+    def save(self, path, vocabulary: str = "") -> None:
+        """Write the documents, the bound and the `vocabulary` they belong to (see
+        :func:`vocabulary_id`) to `path`: a .npz archive, replaced whole, readable by its owner
+        only (it holds users' text)."""
         with self._lock:
             docs = self.documents_tokens()
             tokens = np.concatenate(docs) if docs else EMPTY_TOKENS
             lengths = np.array(self._lengths, dtype=np.int64)
-        with open(path, "wb") as f:
-            np.savez(f, max_tokens=np.int64(self.max_tokens), lengths=lengths, tokens=tokens)
+        write_atomically(path, lambda f: np.savez(
+            f, max_tokens=np.int64(self.max_tokens), lengths=lengths, tokens=tokens, vocabulary=np.str_(vocabulary),
+        ))  # fmt: skip
 
     @classmethod
-    def load(cls, path) -> "GlobalMemory":
-        """A memory holding what `save` wrote (the index is rebuilt)."""
-        with np.load(path, allow_pickle=False) as data:
-            max_tokens, lengths, tokens = int(data["max_tokens"]), data["lengths"], data["tokens"]
+    def load(cls, path, vocabulary: Optional[str] = None, max_tokens: Optional[int] = None) -> "GlobalMemory":
+        """A memory holding what `save` wrote (the index is rebuilt); ValueError, naming the file,
+        when it is not such an archive, its contents do not add up, or (with `vocabulary`) its
+        tokens belong to another vocabulary. ``max_tokens`` overrides the stored bound (the
+        oldest documents beyond it are dropped)."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                stored, lengths, tokens = int(data["max_tokens"]), data["lengths"], data["tokens"]
+                saved_for = str(data["vocabulary"]) if "vocabulary" in data.files else ""
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            if isinstance(e, FileNotFoundError):
+                raise
+            raise ValueError(f"{path}: not a plookup memory file ({type(e).__name__}: {e})") from None
+        if vocabulary is not None and saved_for != vocabulary:
+            raise ValueError(f"{path}: its tokens belong to another model's vocabulary")
         if lengths.ndim != 1 or np.any(lengths < 1) or int(lengths.sum()) != tokens.size:
             raise ValueError(f"{path}: document lengths do not add up to the tokens stored")
-        if tokens.size > max_tokens:
-            raise ValueError(f"{path}: {tokens.size} tokens stored, over max_tokens={max_tokens}")
-        memory = cls(max_tokens)
+        if tokens.size > stored:
+            raise ValueError(f"{path}: {tokens.size} tokens stored, over max_tokens={stored}")
+        memory = cls(stored if max_tokens is None else max_tokens)
         tokens = _document(tokens)
-        ends = np.cumsum(lengths)
-        memory._build(np.insert(tokens, ends, np.int32(SEP)).astype(np.int32))
-        memory._lengths.extend(int(n) for n in lengths)
-        memory._held = int(tokens.size)
+        sizes, dropped, held = lengths.tolist(), 0, int(tokens.size)
+        while held > memory.max_tokens:  # FIFO: a smaller bound drops the oldest documents
+            held -= sizes[dropped]
+            dropped += 1
+        memory._lengths.extend(sizes[dropped:])
+        kept = tokens[tokens.size - held :]
+        ends = np.cumsum(np.array(sizes[dropped:], dtype=np.int64))
+        memory._build(np.insert(kept, ends, np.int32(SEP)).astype(np.int32))
+        memory._held = int(kept.size)
         return memory
 
     def cursor(self) -> "MemoryCursor":
@@ -192,3 +216,12 @@ class MemoryCursor:
         if cut.size:
             draft, agree = draft[: cut[0]], agree[: cut[0]]
         return draft, agree
+
+
+def vocabulary_id(llm) -> str:
+    """A fingerprint of a model's vocabulary (every token's text, in order): a memory's tokens mean
+    something only to models that share it."""
+    digest = hashlib.sha256()
+    for token in range(llm.n_vocab()):
+        digest.update(llm._model.token_get_text(token).encode("utf-8", "surrogatepass") + b"\0")
+    return f"{llm.n_vocab()}:{digest.hexdigest()[:32]}"

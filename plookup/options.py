@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from typing import Optional
 
 from .drafters import DEFAULT_MAX_DRAFT, DRAFTERS, make_drafter
+from .memory import DEFAULT_MEMORY_TOKENS, GlobalMemory, vocabulary_id
 from .models import resolve_model
 
 
@@ -30,6 +33,16 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def add_drafter_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drafter", choices=list(DRAFTERS), default="suffix")
+    parser.add_argument(
+        "--memory", metavar="PATH",
+        help="cross-request memory (suffix drafter): drafts also from earlier requests; loaded from "
+             "PATH at start when present, saved there (owner-only) on a clean exit",
+    )  # fmt: skip
+    parser.add_argument(
+        "--memory-tokens", type=int, metavar="N",
+        help=f"the memory's bound in tokens, oldest requests dropped first (default: the file's, "
+             f"else {DEFAULT_MEMORY_TOKENS})",
+    )  # fmt: skip
 
 
 def model_kwargs(args: argparse.Namespace) -> dict:
@@ -44,10 +57,45 @@ def model_kwargs(args: argparse.Namespace) -> dict:
 
 def load_llama(args: argparse.Namespace, speculative: bool = True):
     """plookup.Llama, or llama_cpp.Llama when speculation is off."""
+    kwargs = model_kwargs(args)
     if speculative:
         from .decoder import Llama
 
-        return Llama(drafter=make_drafter(args.drafter, max_draft=args.max_draft), **model_kwargs(args))
+        memory = open_memory(args, kwargs["model_path"])
+        return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), **kwargs)
     import llama_cpp
 
-    return llama_cpp.Llama(**model_kwargs(args))
+    return llama_cpp.Llama(**kwargs)
+
+
+def open_memory(args: argparse.Namespace, model_path: str) -> Optional[GlobalMemory]:
+    """The memory of ``--memory``: loaded when its file is there, else empty. A corrupt file, or
+    one of another model's vocabulary, is reported and not used (a clean exit replaces it)."""
+    if getattr(args, "memory", None) is None:
+        if getattr(args, "memory_tokens", None) is not None:
+            raise ValueError("--memory-tokens bounds a memory: give its file with --memory PATH")
+        return None
+    if args.drafter != "suffix":
+        raise ValueError("--memory drafts with the suffix drafter (--drafter suffix)")
+    if args.memory_tokens is not None and args.memory_tokens < 1:
+        raise ValueError(f"--memory-tokens must be >= 1, got {args.memory_tokens}")
+    if os.path.exists(args.memory):
+        try:
+            return GlobalMemory.load(args.memory, model_vocabulary(model_path), args.memory_tokens)
+        except ValueError as e:
+            print(f"plookup: {e}; starting with an empty memory (the file is replaced on a clean exit)",
+                  file=sys.stderr)  # fmt: skip
+    return GlobalMemory(args.memory_tokens or DEFAULT_MEMORY_TOKENS)
+
+
+def save_memory(args: argparse.Namespace, llm) -> None:
+    """Keep ``--memory`` for the next run (after a clean exit only: a crash keeps the last file)."""
+    memory = getattr(llm.drafter, "memory", None) if hasattr(llm, "drafter") else None
+    if getattr(args, "memory", None) and memory is not None:
+        memory.save(args.memory, vocabulary_id(llm))
+
+
+def model_vocabulary(model_path: str) -> str:
+    import llama_cpp
+
+    return vocabulary_id(llama_cpp.Llama(model_path, vocab_only=True, verbose=False))

@@ -71,7 +71,7 @@ def serving(alias: str, *options: str):
     try:
         while True:
             try:
-                urllib.request.urlopen(f"{url}/v1/models", timeout=5)
+                urllib.request.urlopen(f"{url}/health", timeout=5)  # open even with --api-key
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:

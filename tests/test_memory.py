@@ -212,6 +212,49 @@ def test_save_load_round_trip(tmp_path):
     assert len(GlobalMemory.load(empty)) == 0
 
 
+def test_saved_file_is_owner_only_names_its_vocabulary_and_takes_a_new_bound(tmp_path):
+    memory = GlobalMemory(100)
+    for document in ([1, 2, 3], [4, 5, 6, 7], [8, 9]):
+        memory.add(document)
+    path = tmp_path / "memory.npz"
+    memory.save(path, vocabulary="49152:abc")
+    assert path.stat().st_mode & 0o777 == 0o600 and [p.name for p in tmp_path.iterdir()] == ["memory.npz"]
+    assert len(GlobalMemory.load(path, vocabulary="49152:abc")) == 9
+    with pytest.raises(ValueError, match="another model's vocabulary"):
+        GlobalMemory.load(path, vocabulary="151936:def")
+    smaller = GlobalMemory.load(path, max_tokens=6)  # the oldest documents go first
+    assert smaller.max_tokens == 6 and [d.tolist() for d in smaller.documents_tokens()] == [[4, 5, 6, 7], [8, 9]]
+
+
+@pytest.mark.parametrize("content", [b"", b"not a zip at all", b"PK\x03\x04 broken"])
+def test_corrupt_memory_file_is_an_error_naming_it(tmp_path, content):
+    path = tmp_path / "memory.npz"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match="not a plookup memory file") as error:
+        GlobalMemory.load(path)
+    assert str(path) in str(error.value)
+
+
+def test_memory_option_reports_a_bad_file_starts_empty_and_replaces_it(tmp_path, model_path, capsys):
+    import argparse
+
+    from plookup.options import open_memory
+
+    path = tmp_path / "memory.npz"
+    path.write_bytes(b"garbage")
+    args = argparse.Namespace(memory=str(path), memory_tokens=500, drafter="suffix")
+    memory = open_memory(args, model_path["smollm2"])
+    assert "not a plookup memory file" in capsys.readouterr().err and len(memory) == 0
+    memory.add([5, 6, 7])
+    from plookup.options import model_vocabulary
+
+    memory.save(path, model_vocabulary(model_path["smollm2"]))
+    assert [d.tolist() for d in open_memory(args, model_path["smollm2"]).documents_tokens()] == [[5, 6, 7]]
+    GlobalMemory(10).save(path, vocabulary="another model")
+    assert len(open_memory(args, model_path["smollm2"])) == 0
+    assert "another model's vocabulary" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("max_tokens", [0, -1, 1.5, None])
 def test_bad_bound_raises(max_tokens):
     with pytest.raises(ValueError, match="max_tokens"):

@@ -5,29 +5,47 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..options import add_drafter_option, add_model_options, load_llama, save_memory
+from .limits import Limits
+
+API_KEY_ENV = "PLOOKUP_API_KEY"
+
 
 def register(commands) -> None:
-    from ..options import add_drafter_option, add_model_options
-
     serve = commands.add_parser(
-        "serve", help="OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /metrics"
+        "serve", help="OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /metrics, /health"
     )
     add_model_options(serve)
     add_drafter_option(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    limits = Limits()
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1: this machine only; see README before binding elsewhere)")  # fmt: skip
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument("--model-alias", help="the model id clients send (default: the GGUF file's name)")
+    serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                       help=f"require Authorization: Bearer KEY on every route but /health (default: ${API_KEY_ENV})")  # fmt: skip
+    serve.add_argument("--max-body-bytes", type=int, default=limits.max_body_bytes,
+                       help=f"largest request body, else 413 (default {limits.max_body_bytes})")  # fmt: skip
+    serve.add_argument("--max-prediction-tokens", type=int, default=limits.max_prediction_tokens,
+                       help=f"largest Predicted Output, else 400 (default {limits.max_prediction_tokens})")  # fmt: skip
+    serve.add_argument("--max-queue", type=int, default=limits.max_queue,
+                       help=f"requests waiting for the model, else 429 (default {limits.max_queue})")  # fmt: skip
     serve.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # Imported here so that the other subcommands do not pay for FastAPI and uvicorn.
-    import uvicorn
+    import uvicorn  # here, so that the other subcommands do not load the web stack
 
-    from ..options import load_llama
     from .app import create_app
 
+    for name in ("max_body_bytes", "max_prediction_tokens"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.max_queue < 0:
+        raise ValueError("--max-queue must be >= 0")
     llm = load_llama(args)
-    app = create_app(llm, args.model_alias or os.path.basename(llm.model_path))
+    limits = Limits(args.max_body_bytes, args.max_prediction_tokens, args.max_queue)
+    app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, args.api_key)
     uvicorn.run(app, host=args.host, port=args.port)
+    save_memory(args, llm)  # uvicorn returns on a clean shutdown (SIGINT, SIGTERM)
     return 0

@@ -2,15 +2,15 @@
 
 llama_cpp.server's ``RouteErrorHandler`` answers request-validation failures with a 500 (and
 malformed JSON with an unhandled exception), so plookup installs its own handlers and reuses only
-its error shape and its message for "prompt longer than the context window".
+its error shape and its wording for "prompt longer than the context window". An unexpected error
+is logged with its traceback and answered "internal error": its text may hold paths and data.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import traceback
-from typing import Callable, Optional
+import logging
+from typing import Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,22 +18,25 @@ from fastapi.responses import JSONResponse
 from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
 from starlette.exceptions import HTTPException
 
+log = logging.getLogger("plookup.serve")
+
 
 class APIError(Exception):
-    """An error to answer with `status` and OpenAI's error body."""
+    """An error to answer with `status`, OpenAI's error body and any extra `headers`."""
 
     def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-                 param: Optional[str] = None, code: Optional[str] = None):  # fmt: skip
+                 param: Optional[str] = None, code: Optional[str] = None,
+                 headers: Optional[dict[str, str]] = None):  # fmt: skip
         super().__init__(message)
         self.status = status
         self.body = ErrorResponse(message=message, type=type, param=param, code=code)
+        self.headers = headers or {}
 
 
 def model_error(error: ValueError, body) -> APIError:
-    """A ValueError from llama_cpp/plookup while generating for `body` is the request's fault.
-
-    llama_cpp.server's formatters word the errors it knows (a prompt over the context window).
-    """
+    """A ValueError from llama_cpp/plookup while preparing or generating for `body` is the
+    request's fault. llama_cpp.server's formatters word the errors they know (a prompt over the
+    context window)."""
     for pattern, formatter in RouteErrorHandler.pattern_and_formatters.items():
         match = pattern.search(str(error))
         if match is not None:
@@ -42,32 +45,36 @@ def model_error(error: ValueError, body) -> APIError:
     return APIError(400, str(error))
 
 
-def error_json(error: APIError) -> JSONResponse:
-    return JSONResponse({"error": error.body}, status_code=error.status)
+def context_exceeded(body, prompt_tokens: int, n_ctx: int) -> APIError:
+    """llama_cpp's own error for a prompt that leaves no room in the context, in OpenAI's words."""
+    return model_error(ValueError(f"Requested tokens ({prompt_tokens}) exceed context window of {n_ctx}"), body)
 
 
-def install_error_handlers(app: FastAPI, on_error: Callable[[Request, int], None]) -> None:
-    """Answer every failure with OpenAI's error body; `on_error(request, status)` counts it."""
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse({"error": error.body}, status_code=error.status, headers=error.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every failure with OpenAI's error body."""
 
     async def api_error(request: Request, error: APIError) -> JSONResponse:
-        on_error(request, error.status)
-        return error_json(error)
+        return error_response(error)
 
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = error.errors()
         if any(problem["type"] == "json_invalid" for problem in problems):
-            return await api_error(request, APIError(400, "the request body is not valid JSON"))
+            return error_response(APIError(400, "the request body is not valid JSON"))
         first = problems[0]
         param = ".".join(str(part) for part in first["loc"] if part != "body") or None
         message = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
-        return await api_error(request, APIError(400, message, param=param))
+        return error_response(APIError(400, message, param=param))
 
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        return await api_error(request, APIError(error.status_code, str(error.detail), type="invalid_request_error"))
+        return error_response(APIError(error.status_code, str(error.detail), headers=getattr(error, "headers", None)))
 
     async def internal_error(request: Request, error: Exception) -> JSONResponse:
-        traceback.print_exception(error, file=sys.stderr)
-        return await api_error(request, APIError(500, str(error), type="internal_server_error"))
+        log.error("internal error answering %s %s", request.method, request.url.path, exc_info=error)
+        return error_response(APIError(500, "internal error", type="internal_server_error"))
 
     app.add_exception_handler(APIError, api_error)
     app.add_exception_handler(RequestValidationError, invalid_request)

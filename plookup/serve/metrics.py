@@ -1,6 +1,8 @@
-"""Server counters in the Prometheus text format, named after vLLM's spec-decode metrics.
+"""Server metrics through ``prometheus_client``, named after vLLM's spec-decode metrics.
 
-Counts accumulate over the server's life from each generation's :class:`plookup.SpecStats`;
+Each request is counted once, by route and HTTP status; routes outside the app's own count under
+"other", so no client can grow the label set. Generation counters add each request's own
+``usage["speculative"]`` (a failed request adds nothing there).
 ``plookup_spec_decode_num_accepted_tokens_per_pos_total{position="k"}`` divided by
 ``plookup_spec_decode_num_drafted_tokens_per_pos_total{position="k"}`` is the acceptance rate of
 the k-th draft token.
@@ -8,14 +10,15 @@ the k-th draft token.
 
 from __future__ import annotations
 
-from collections import Counter
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+OTHER_ROUTE = "other"
 
-# name -> help text for the counters without labels, in exposition order
+# name (without plookup_ and _total) -> help text, for the counters without labels
 TOTALS = {
     "generated_tokens": "Tokens generated for clients.",
-    "forward_passes": "llama_decode calls that generated tokens (prefill excluded).",
+    "forward_passes": "llama_decode calls that generated tokens (the prompt's last batch, then verify steps).",
     "spec_decode_num_drafts": "Verify steps that carried at least one draft token.",
     "spec_decode_num_draft_tokens": "Draft tokens sent to the model for verification.",
     "spec_decode_num_accepted_tokens": "Draft tokens the model agreed with.",
@@ -25,50 +28,45 @@ TOTALS = {
 
 
 class Metrics:
-    """Counters of one server; not thread-safe, so update them from the event loop only."""
+    """One server's metrics, in a registry of its own."""
 
-    def __init__(self) -> None:
-        self.requests: Counter[tuple[str, int]] = Counter()  # (path, HTTP status)
-        self.totals: Counter[str] = Counter()
-        self.drafted_per_position: Counter[int] = Counter()
-        self.accepted_per_position: Counter[int] = Counter()
+    def __init__(self, routes: frozenset[str]):
+        self.routes = routes
+        self.registry = registry = CollectorRegistry()
+        self.requests = Counter("plookup_requests", "HTTP requests answered, by route and status.",
+                                ["path", "status"], registry=registry)  # fmt: skip
+        self.totals = {name: Counter(f"plookup_{name}", text, registry=registry) for name, text in TOTALS.items()}
+        self.drafted_per_position = Counter(
+            "plookup_spec_decode_num_drafted_tokens_per_pos", "Verify steps with a draft token at position k.",
+            ["position"], registry=registry,
+        )  # fmt: skip
+        self.accepted_per_position = Counter(
+            "plookup_spec_decode_num_accepted_tokens_per_pos",
+            "Verify steps whose draft token at position k was accepted.", ["position"], registry=registry,
+        )  # fmt: skip
+        self.queue_depth = Gauge("plookup_queue_depth", "Requests waiting for the model.", registry=registry)
+        self.queue_wait = Histogram("plookup_queue_wait_seconds", "Time requests waited for the model.",
+                                    buckets=(0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=registry)  # fmt: skip
 
     def count_request(self, path: str, status: int) -> None:
-        self.requests[path, status] += 1
+        self.requests.labels(path if path in self.routes else OTHER_ROUTE, str(status)).inc()
 
     def record_generation(self, spec: dict) -> None:
-        """Add one generation's ``usage["speculative"]`` (:meth:`SpecStats.as_dict`)."""
-        self.totals["generated_tokens"] += spec["generated"]
-        self.totals["forward_passes"] += spec["forward_passes"]
-        self.totals["spec_decode_num_drafts"] += spec["drafted_per_position"][0] if spec["drafted_per_position"] else 0
-        self.totals["spec_decode_num_draft_tokens"] += spec["drafted"]
-        self.totals["spec_decode_num_accepted_tokens"] += spec["accepted"]
-        self.drafted_per_position.update(dict(enumerate(spec["drafted_per_position"])))
-        self.accepted_per_position.update(dict(enumerate(spec["accepted_per_position"])))
+        """Add one generation's ``usage["speculative"]`` (:meth:`plookup.SpecStats.as_dict`)."""
+        totals = self.totals
+        totals["generated_tokens"].inc(spec["generated"])
+        totals["forward_passes"].inc(spec["forward_passes"])
+        totals["spec_decode_num_drafts"].inc(spec["drafted_per_position"][0] if spec["drafted_per_position"] else 0)
+        totals["spec_decode_num_draft_tokens"].inc(spec["drafted"])
+        totals["spec_decode_num_accepted_tokens"].inc(spec["accepted"])
+        for counter, counts in ((self.drafted_per_position, spec["drafted_per_position"]),
+                                (self.accepted_per_position, spec["accepted_per_position"])):  # fmt: skip
+            for position, n in enumerate(counts):
+                counter.labels(str(position)).inc(n)
 
     def record_prediction(self, details: dict) -> None:
-        self.totals["prediction_accepted_tokens"] += details["accepted_prediction_tokens"]
-        self.totals["prediction_rejected_tokens"] += details["rejected_prediction_tokens"]
+        self.totals["prediction_accepted_tokens"].inc(details["accepted_prediction_tokens"])
+        self.totals["prediction_rejected_tokens"].inc(details["rejected_prediction_tokens"])
 
-    def render(self) -> str:
-        lines = _counter(
-            "requests", "HTTP requests answered, by path and status.",
-            [(f'path="{path}",status="{status}"', n) for (path, status), n in sorted(self.requests.items())],
-        )  # fmt: skip
-        for name, help_text in TOTALS.items():
-            lines += _counter(name, help_text, [("", self.totals[name])])
-        for name, help_text, counts in (
-            ("spec_decode_num_drafted_tokens_per_pos", "Verify steps with a draft token at position k.",
-             self.drafted_per_position),
-            ("spec_decode_num_accepted_tokens_per_pos", "Verify steps whose draft token at position k was accepted.",
-             self.accepted_per_position),
-        ):  # fmt: skip
-            lines += _counter(name, help_text, [(f'position="{k}"', n) for k, n in sorted(counts.items())])
-        return "\n".join(lines) + "\n"
-
-
-def _counter(name: str, help_text: str, samples: list[tuple[str, int]]) -> list[str]:
-    full = f"plookup_{name}_total"
-    lines = [f"# HELP {full} {help_text}", f"# TYPE {full} counter"]
-    lines += [f"{full}{{{labels}}} {value}" if labels else f"{full} {value}" for labels, value in samples]
-    return lines
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
