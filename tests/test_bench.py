@@ -23,7 +23,8 @@ from plookup.bench.llama_server import server_record
 from plookup.costs import oracle_speedup
 from plookup.bench.plain import NEAR_TIE
 from plookup.bench.replay import accepted_length, load_recorded, modelled_speedup, replay, score_drafts
-from plookup.bench.workloads import bench_workloads
+from plookup.bench.report import overview_table
+from plookup.bench.workloads import bench_workloads, whole_file_workloads
 
 
 def record(tokens, total_s, ttft_s=0.1, drafted=(0,), accepted=(0,), passes=None, rss=100.0):
@@ -118,6 +119,28 @@ def test_overview_splits_copy_from_free_and_divides_by_the_oracle():
     assert overview["fast"]["oracle_fraction"] == pytest.approx(3 / 4)  # the decode speedup against the ceiling
     assert overview["plain"]["oracle_fraction"] == 0.25
     assert overview["fast"]["identical"] == 2
+
+
+def test_overview_of_whole_file_edits_reports_passes_per_token():
+    summary = {
+        "plain": {"file": dict(e2e_tps=20.0, decode_tps=25.0, identical=True, passes_per_token=1.0)},
+        "fast": {"file": dict(e2e_tps=40.0, decode_tps=75.0, identical=False, passes_per_token=0.08)},
+    }
+    overview = system_overview(summary, {"file": "whole-file"}, oracle=2.5)
+    assert overview["fast"]["whole-file_decode_speedup"] == pytest.approx(3.0)
+    assert overview["fast"]["oracle_fraction"] == pytest.approx(1.2)
+    assert overview["fast"]["whole-file_passes_per_token"] == 0.08 and "copy_speedup" not in overview["fast"]
+    table = overview_table(overview, 1)
+    assert "whole-file passes/tok" in table.splitlines()[0] and "0.080" in table
+
+
+def test_whole_file_edits_rename_a_function_the_module_uses_again():
+    loads = whole_file_workloads(seed=0, count=2)
+    assert [w.kind for w in loads] == ["whole-file", "whole-file"] and loads == whole_file_workloads(seed=0, count=2)
+    for load in loads:
+        old = load.name.rsplit(":", 1)[1]
+        code = load.messages[-1]["content"]
+        assert 200 <= code.count("\n") <= 420 and code.count(old) >= 3 and f"`{old}_renamed`" in code
 
 
 def test_positions_pool_over_unequal_lengths():
@@ -288,10 +311,12 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "oracle ceiling" in table and "plookup-suffix" in table
     result = json.loads(out_json.read_text())
-    assert len(result["cost_curve"]) == 7 and result["cost_curve"][0] == 1.0
-    assert result["oracle"]["speedup"] >= 1.0
-    assert "sized by an oracle" in table and set(result["replay_bounds"]) == {"suffix", "ngram"}
-    assert all(b["modelled"] > 0 and b["oracle_length"] >= 1.0 for b in result["replay_bounds"].values())
+    assert list(result["phases"]) == ["standard"]  # a workload file: no whole-file phase
+    phase = result["phases"]["standard"]
+    assert len(result["cost_curve"]) == 7 and result["cost_curve"][0] == 1.0 and phase["cost_curve"] == result["cost_curve"]
+    assert phase["oracle"]["speedup"] >= 1.0
+    assert "sized by an oracle" in table and set(phase["replay_bounds"]) == {"suffix", "ngram"}
+    assert all(b["modelled"] > 0 and b["oracle_length"] >= 1.0 for b in phase["replay_bounds"].values())
     assert set(result["summary"]) == {"plain", "pld", "plookup-suffix", "plookup-ngram"}
     for system, per_workload in result["summary"].items():
         for name, s in per_workload.items():

@@ -14,6 +14,7 @@ import os
 import platform
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -31,10 +32,15 @@ from .measure import (
 )
 from .replay import load_recorded, replay, replay_speedups
 from .systems import IN_PROCESS_SYSTEMS
+from .workloads import whole_file_workloads
 
 DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
 QUICK_REPEATS, QUICK_MAX_TOKENS = 1, 96
 REPLAY_DRAFTERS = ("suffix", "ngram")
+# Whole-file edits: a 200-400-line module in and out, about 3k tokens each way.
+DEFAULT_WHOLE_FILES, WHOLE_FILE_N_CTX, WHOLE_FILE_MAX_TOKENS = 2, 8192, 3500
+# llama_cpp's PLD (draft_model) keeps n_vocab x n_ctx float32 logits; past this it is not run.
+PLD_LOGITS_LIMIT = 1 << 30
 
 
 def register(commands) -> None:
@@ -47,6 +53,9 @@ def register(commands) -> None:
     bench.add_argument("--max-tokens", type=int, help=f"tokens per generation (default {DEFAULT_MAX_TOKENS})")
     bench.add_argument("--quick", action="store_true",
                        help=f"3 workloads, {QUICK_REPEATS} repeat, {QUICK_MAX_TOKENS} tokens: 1-2 minutes")  # fmt: skip
+    bench.add_argument("--whole-files", type=int, default=DEFAULT_WHOLE_FILES, metavar="N",
+                       help=f"also N whole-file edits, run with n_ctx {WHOLE_FILE_N_CTX} and up to "
+                            f"{WHOLE_FILE_MAX_TOKENS} tokens (default {DEFAULT_WHOLE_FILES}; none with --quick)")  # fmt: skip
     bench.add_argument("--workload", metavar="FILE.jsonl",
                        help='your own workloads instead: {"messages": [...], "kind"?: "copy"|"free", "name"?} a line')  # fmt: skip
     bench.add_argument("--systems", default=",".join(IN_PROCESS_SYSTEMS),
@@ -74,10 +83,23 @@ class Reference:
     bounds: dict[str, dict[str, float]]  # replay_bounds
     drafter_us: dict[str, dict[int, float]]
     eos: int
+    n_vocab: int
 
     @property
     def kinds(self) -> dict[str, str]:
         return {w.name: w.kind for w in self.workloads}
+
+
+@dataclass
+class Phase:
+    """Workloads run with one model setting: the standard ones, or whole-file edits, which need a
+    longer context and output."""
+
+    name: str
+    kwargs: dict  # the model's settings
+    max_tokens: int
+    systems: list[str]
+    workloads: Callable  # (plain llama_cpp.Llama, first_answer(messages) -> str) -> [Workload]
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -89,57 +111,88 @@ def cmd_bench(args: argparse.Namespace) -> int:
     repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     max_tokens = args.max_tokens or (QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS)
     kwargs = model_kwargs(args)
-    reference = measure_reference(args, kwargs, max_tokens)
-    runs = run_systems(args, names, kwargs, reference, max_tokens, repeats)
+    phases = [Phase("standard", kwargs, max_tokens, names, lambda llm, first_answer: standard(args, first_answer))]
+    whole_files = 0 if args.quick or args.workload else args.whole_files
+    if whole_files:
+        whole_kwargs = dict(kwargs, n_ctx=max(args.n_ctx, WHOLE_FILE_N_CTX))
+        phases.append(Phase("whole-file", whole_kwargs, WHOLE_FILE_MAX_TOKENS, names,
+                            lambda llm, first_answer: whole_file_workloads(args.seed, whole_files)))  # fmt: skip
+    record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
+                  threads=args.threads, max_draft=args.max_draft, temperature=args.temperature, repeats=repeats,
+                  workloads=[], phases={})  # fmt: skip
+    for phase in phases:
+        result = run_phase(args, phase, repeats)
+        record["phases"][phase.name] = result["record"]
+        record["workloads"] += result["workloads"]
+        if phase.name == "standard":  # what --replay and --plot read
+            record.update(cost_curve=result["record"]["cost_curve"], summary=result["summary"])
+            plot_args = (result["summary"], result["kinds"], result["record"]["oracle"]["speedup"])
+    if args.json:
+        write_json(args.json, record)
+    if args.plot:
+        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+        bench_report.plot(args.plot, *plot_args)
+        note(f"wrote {args.plot}")
+    return 0
 
+
+def standard(args: argparse.Namespace, first_answer) -> list:
+    from .workloads import bench_workloads, load_jsonl
+
+    return load_jsonl(args.workload) if args.workload else bench_workloads(first_answer, args.seed, args.quick)
+
+
+def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
+    """Measure the reference, run the systems, print the tables; return the phase's figures."""
+    note(f"{phase.name} workloads: n_ctx {phase.kwargs['n_ctx']}, up to {phase.max_tokens} tokens each")
+    reference = measure_reference(args, phase)
+    systems = list(phase.systems)
+    logits_bytes = 4 * reference.n_vocab * phase.kwargs["n_ctx"]
+    if "pld" in systems and logits_bytes > PLD_LOGITS_LIMIT:
+        systems.remove("pld")  # llama_cpp's speculative path keeps logits for every context position
+        note(f"skipping pld here: its logits_all buffer (n_vocab {reference.n_vocab} x n_ctx "
+             f"{phase.kwargs['n_ctx']} x 4 B = {logits_bytes / 2**30:.1f} GiB) is more than a user would allocate")  # fmt: skip
+    runs = run_systems(args, systems, phase, reference, repeats)
     kinds = reference.kinds
     summary = {s: {w: summarize(runs[s][w], *reference.outputs[w]) for w in kinds} for s in runs}
     best_n, oracle = oracle_speedup(reference.cost)
     overview = system_overview(summary, kinds, oracle)
     pairs = pairwise_speedups(summary, list(kinds))
+    print(f"\n== {phase.name} workloads (n_ctx {phase.kwargs['n_ctx']}, up to {phase.max_tokens} tokens) ==")
     bench_report.print_results(summary, kinds, reference.cost, (best_n, oracle), overview, pairs,
                                reference.bounds, reference.drafter_us)  # fmt: skip
-    if args.json:
-        record = dict(
-            command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
-            n_ctx=args.n_ctx, threads=args.threads, max_draft=args.max_draft, max_tokens=max_tokens,
-            temperature=args.temperature, drafter_us_per_step=reference.drafter_us,
-            repeats=repeats, cost_curve=reference.cost.tolist(), oracle=dict(best_n=best_n, speedup=oracle),
-            replay_bounds=reference.bounds,
-            workloads=[dict(name=w.name, kind=w.kind, messages=w.messages, prompt_tokens=reference.prompts[w.name],
-                            reference_tokens=reference.outputs[w.name][0], gaps=reference.outputs[w.name][1])
-                       for w in reference.workloads],
-            summary=summary, overview=overview, pairwise=pairs,
-            runs={s: {w: [{k: v for k, v in r.items() if k != "tokens"} for r in rs] for w, rs in per.items()}
-                  for s, per in runs.items()},
-        )  # fmt: skip
-        write_json(args.json, record)
-    if args.plot:
-        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
-        bench_report.plot(args.plot, summary, kinds, oracle)
-        note(f"wrote {args.plot}")
-    return 0
+    workloads = [dict(name=w.name, kind=w.kind, messages=w.messages, prompt_tokens=reference.prompts[w.name],
+                      reference_tokens=reference.outputs[w.name][0], gaps=reference.outputs[w.name][1])
+                 for w in reference.workloads]  # fmt: skip
+    record = dict(
+        n_ctx=phase.kwargs["n_ctx"], max_tokens=phase.max_tokens, systems=systems,
+        drafter_us_per_step=reference.drafter_us, cost_curve=reference.cost.tolist(),
+        oracle=dict(best_n=best_n, speedup=oracle), replay_bounds=reference.bounds,
+        summary=summary, overview=overview, pairwise=pairs,
+        runs={s: {w: [{k: v for k, v in r.items() if k != "tokens"} for r in rs] for w, rs in per.items()}
+              for s, per in runs.items()},
+    )  # fmt: skip
+    return dict(record=record, workloads=workloads, summary=summary, kinds=kinds)
 
 
-def measure_reference(args: argparse.Namespace, kwargs: dict, max_tokens: int) -> Reference:
+def measure_reference(args: argparse.Namespace, phase: Phase) -> Reference:
     """Workloads, plain greedy decoding of each, the cost curve, replay bounds and drafter timing,
     all with one plain llama_cpp.Llama that is gone before the systems start."""
     import llama_cpp
 
     from .drafter_timing import drafter_costs
     from .plain import chat_prompt_tokens, greedy_with_gaps
-    from .workloads import bench_workloads, load_jsonl
 
-    llm = llama_cpp.Llama(**kwargs)
+    llm = llama_cpp.Llama(**phase.kwargs)
 
     def first_answer(messages):
-        tokens, _ = greedy_with_gaps(llm, chat_prompt_tokens(llm, messages), max_tokens)
+        tokens, _ = greedy_with_gaps(llm, chat_prompt_tokens(llm, messages), phase.max_tokens)
         return llm.detokenize(tokens).decode("utf-8", "replace").strip()
 
     note("preparing workloads and plain greedy references")
-    workloads = load_jsonl(args.workload) if args.workload else bench_workloads(first_answer, args.seed, args.quick)
+    workloads = phase.workloads(llm, first_answer)
     prompts = {w.name: chat_prompt_tokens(llm, w.messages) for w in workloads}
-    outputs = {name: greedy_with_gaps(llm, prompt, max_tokens) for name, prompt in prompts.items()}
+    outputs = {name: greedy_with_gaps(llm, prompt, phase.max_tokens) for name, prompt in prompts.items()}
     note("measuring the verify-cost curve")
     cost = measure_cost_curve(llm, max_n=args.max_draft + 1)
     kinds = {w.name: w.kind for w in workloads}
@@ -147,10 +200,10 @@ def measure_reference(args: argparse.Namespace, kwargs: dict, max_tokens: int) -
     bounds = replay_bounds(cases, kinds, cost, args.max_draft)
     note("timing the drafters without the model")
     drafter_us = drafter_costs(llm, REPLAY_DRAFTERS, args.max_draft)
-    return Reference(workloads, prompts, outputs, cost, bounds, drafter_us, llm.token_eos())
+    return Reference(workloads, prompts, outputs, cost, bounds, drafter_us, llm.token_eos(), llm.n_vocab())
 
 
-def run_systems(args, names, kwargs: dict, reference: Reference, max_tokens: int, repeats: int) -> dict:
+def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -> dict:
     """runs[system][workload]: every system in a worker process, taking turns on each workload."""
     from .systems import WorkerSystem
 
@@ -158,10 +211,11 @@ def run_systems(args, names, kwargs: dict, reference: Reference, max_tokens: int
     try:
         for name in names:
             note(f"starting {name}")
-            systems.append(WorkerSystem(name, kwargs, args.max_draft, args.temperature))
-        systems += start_servers(args, kwargs, reference.eos)
+            systems.append(WorkerSystem(name, phase.kwargs, args.max_draft, args.temperature))
+        systems += start_servers(args, phase.kwargs, reference.eos)
         progress = bench_report.Progress(repeats * len(reference.prompts) * len(systems))
-        runs = run_interleaved(systems, reference.prompts, max_tokens, repeats, lambda s, w: progress.step(f"{s} {w}"))
+        runs = run_interleaved(systems, reference.prompts, phase.max_tokens, repeats,
+                               lambda s, w: progress.step(f"{s} {w}"))  # fmt: skip
         progress.finish()
     finally:
         for system in systems:

@@ -135,19 +135,27 @@ def pairwise_speedups(summary: dict, workloads: Sequence[str]) -> dict[str, dict
     }
 
 
+KIND_ORDER = ("copy", "whole-file", "free")  # the copy-heavy kinds first: the ceiling is about them
+
+
 def system_overview(summary: dict, kinds: dict[str, str], oracle: float) -> dict[str, dict]:
-    """Per system: geometric-mean speedups over plain on copy and on free workloads, and the
-    copy-work decode speedup as a fraction of the oracle ceiling."""
+    """Per system and kind of workload present: geometric-mean speedups over plain (end to end and
+    decode) and forward passes per token; and the first copy-heavy kind's decode speedup as a
+    fraction of the oracle ceiling."""
+    present = [kind for kind in KIND_ORDER if kind in kinds.values()]
     overview = {}
     for system in summary:
         row = {}
-        for kind in ("copy", "free"):
+        for kind in present:
             names = [w for w, k in kinds.items() if k == kind]
             row[f"{kind}_speedup"] = geometric_mean([speedup(summary, system, w) for w in names])
             row[f"{kind}_decode_speedup"] = geometric_mean(
                 [speedup(summary, system, w, "decode_tps") for w in names]
             )
-        row["oracle_fraction"] = row["copy_decode_speedup"] / oracle
+            passes = [summary[system][w].get("passes_per_token") for w in names]
+            row[f"{kind}_passes_per_token"] = None if None in passes else sum(passes) / len(passes)
+        copying = next((kind for kind in present if kind != "free"), None)
+        row["oracle_fraction"] = row[f"{copying}_decode_speedup"] / oracle if copying else float("nan")
         row["identical"] = sum(summary[system][w]["identical"] for w in kinds)
         overview[system] = row
     return overview

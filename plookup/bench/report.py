@@ -85,12 +85,20 @@ def workload_table(summary: dict, kinds: dict[str, str]) -> str:
 
 
 def overview_table(overview: dict, n_workloads: int) -> str:
-    header = ("system", "copy x plain", "copy decode x", "of oracle", "free x plain", "free decode x", "identical")
-    rows = [
-        (system, f"{o['copy_speedup']:.2f}", f"{o['copy_decode_speedup']:.2f}", f"{o['oracle_fraction']:.0%}",
-         f"{o['free_speedup']:.2f}", f"{o['free_decode_speedup']:.2f}", f"{o['identical']}/{n_workloads}")
-        for system, o in overview.items()
-    ]  # fmt: skip
+    kinds = [k for k in ("copy", "whole-file", "free") if f"{k}_speedup" in next(iter(overview.values()))]
+    header = ["system"]
+    for kind in kinds:
+        header += [f"{kind} x plain", f"{kind} decode x"] + (["of oracle"] if kind != "free" and kind == kinds[0] else [])
+        header += [f"{kind} passes/tok"] if kind == "whole-file" else []
+    header.append("identical")
+    rows = []
+    for system, o in overview.items():
+        row = [system]
+        for kind in kinds:
+            row += [f"{o[f'{kind}_speedup']:.2f}", f"{o[f'{kind}_decode_speedup']:.2f}"]
+            row += [f"{o['oracle_fraction']:.0%}"] if kind != "free" and kind == kinds[0] else []
+            row += [_fmt(o[f"{kind}_passes_per_token"], ".3f")] if kind == "whole-file" else []
+        rows.append(row + [f"{o['identical']}/{n_workloads}"])
     return grid(header, rows)
 
 

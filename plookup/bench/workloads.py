@@ -1,8 +1,10 @@
 """Workloads made from real text that ships with Python: source code to edit, prose to proofread.
 
 Each workload is a list of chat messages plus a kind: "copy" (the answer repeats the input: code
-edits, proofreading, a second turn that edits the first answer) or "free" (a question whose answer
-is new text: the negative control). Everything is deterministic for a given seed.
+edits, proofreading, a second turn that edits the first answer), "whole-file" (a 200-400-line
+module sent back with one rename, as editors ask for it: longer context and output, so the bench
+runs them with settings of their own) or "free" (a question whose answer is new text: the
+negative control). Everything is deterministic for a given seed.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ QUESTION_SUBJECTS = [
 ]  # fmt: skip
 
 EDIT_KINDS = ("rename", "docstring", "constant", "whole")
+
+# Standard-library modules of 200-400 lines: the files a whole-file edit sends back.
+WHOLE_FILE_SOURCES = ("copy", "glob", "string", "shlex")
+WHOLE_FILE_SYSTEM = "You are a careful programmer. Reply with the complete file only, in one code block."
 
 
 @dataclass
@@ -104,6 +110,27 @@ def code_edit(module: str, qualname: str, edit: str, rng: random.Random) -> Work
         edit, task = "whole", "Fix any bug you see; if there is none, leave it as it is."
     prompt = f"{task} Reply with the whole function only.\n\n```python\n{code}```"
     return Workload(f"code-{edit}:{module}.{qualname}", "copy", [{"role": "user", "content": prompt}])
+
+
+def renamable_function(code: str, rng: random.Random) -> str:
+    """A function the module defines and uses again: renaming it touches several places."""
+    names = sorted({n for n in re.findall(r"^def (\w+)\(", code, re.M) if len(re.findall(rf"\b{n}\b", code)) >= 3})
+    return rng.choice(names)
+
+
+def whole_file_edit(module: str, rng: random.Random) -> Workload:
+    """Rename one function everywhere in a whole module, as an editor asks for an edit."""
+    code = inspect.getsource(_resolve(module))
+    old = renamable_function(code, rng)
+    task = f"Rename the function `{old}` to `{old}_renamed` everywhere in this file."
+    messages = [{"role": "system", "content": WHOLE_FILE_SYSTEM},
+                {"role": "user", "content": f"{task}\n\n```python\n{code}```"}]  # fmt: skip
+    return Workload(f"whole-file:{module}.py:{old}", "whole-file", messages)
+
+
+def whole_file_workloads(seed: int = 0, count: int = 2) -> list[Workload]:
+    rng = random.Random(seed)
+    return [whole_file_edit(module, rng) for module in WHOLE_FILE_SOURCES[:count]]
 
 
 def proofread(source: str, rng: random.Random) -> Workload:
