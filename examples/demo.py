@@ -1,25 +1,30 @@
 """plookup in one minute (`make demo`): a real code edit with plain llama.cpp decoding, with
-plookup, and with plookup given the code as a Predicted Output, timed side by side.
+plookup, and with plookup given the code as a Predicted Output, timed side by side, and checked.
 
-    python examples/demo.py [MODEL.gguf]
+    python examples/demo.py [MODEL]      # MODEL: a GGUF file or a name of `plookup models list`
 
-The bundled SmolLM2-135M is asked to rename a variable in the standard library's textwrap.dedent.
+The bundled SmolLM2-135M renames a variable in a short function of the standard library (the
+edit a 135M model carries out); `make demo MODEL=qwen-coder-0.5b` asks a code model.
 """
 
 from __future__ import annotations
 
-import random
+import inspect
+import textwrap
 
-from speed import compare
+from speed import check_rename, compare, model_from_argv
 
-from plookup.bench.workloads import code_edit, function_source
+SOURCE = textwrap.dedent(inspect.getsource(textwrap.indent))
+OLD, NEW = "predicate", "keep_line"
 
 
 def main() -> None:
-    workload = code_edit("textwrap", "dedent", "rename", random.Random(0))
-    print(workload.messages[0]["content"].split("\n")[0], "\n")
-    reply = compare(workload.messages, prediction=function_source("textwrap", "dedent"), max_tokens=400, n_ctx=4096)
-    print("\n--- plookup's answer ---\n" + reply)
+    task = f"Rename the parameter `{OLD}` to `{NEW}` everywhere in this function. Reply with the whole function only."
+    messages = [{"role": "user", "content": f"{task}\n\n```python\n{SOURCE}```"}]
+    print(task, "\n")
+    reply = compare(messages, prediction=SOURCE, max_tokens=600, n_ctx=4096, model=model_from_argv())
+    print("\n--- plookup's answer ---\n" + reply + "\n")
+    check_rename(SOURCE, reply, OLD, NEW)
 
 
 if __name__ == "__main__":

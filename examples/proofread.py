@@ -1,11 +1,11 @@
 """Proofread a paragraph with the paragraph itself as the Predicted Output, next to plain llama_cpp.
 
-    python examples/proofread.py [MODEL.gguf]
+    python examples/proofread.py [MODEL]      # a GGUF file or a name of `plookup models list`
 """
 
 from __future__ import annotations
 
-from speed import compare
+from speed import compare, model_from_argv
 
 DRAFT = (
     "Speculative decoding lets a large languge model check several tokens in a single forward pass. "
@@ -19,7 +19,7 @@ DRAFT = (
 def main() -> None:
     request = "Correct the spelling mistakes in this text and output only the corrected text:\n\n"
     messages = [{"role": "user", "content": request + DRAFT}]
-    reply = compare(messages, prediction=DRAFT, max_tokens=300, n_ctx=2048)
+    reply = compare(messages, prediction=DRAFT, max_tokens=300, n_ctx=2048, model=model_from_argv())
     print("\n" + reply)
 
 

@@ -1,4 +1,5 @@
-"""Shared by the examples: one greedy chat request three ways, timed end to end (prefill included).
+"""Shared by the examples: one greedy chat request three ways, timed end to end (prefill included),
+and a check that a rename was carried out.
 
 llama_cpp.Llama is the yardstick; plookup.Llama drafts from the prompt and its own output; with a
 prediction it also drafts from the text the caller expects the answer to repeat.
@@ -6,13 +7,16 @@ prediction it also drafts from the text the caller expects the answer to repeat.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
 import time
 
 import llama_cpp
 
 import plookup
+from plookup.models import resolve_model
 
 
 def timed_chat(llm: llama_cpp.Llama, messages: list[dict], max_tokens: int, **extra) -> tuple[dict, float]:
@@ -22,14 +26,16 @@ def timed_chat(llm: llama_cpp.Llama, messages: list[dict], max_tokens: int, **ex
     return result, time.perf_counter() - start
 
 
-def compare(messages: list[dict], prediction: str, max_tokens: int, n_ctx: int) -> str:
-    """Print tokens, seconds and speed-up of each way; return the reply with the prediction.
+def model_from_argv(default: str | None = None) -> str:
+    """The model the script's argument names (a GGUF path or a name of `plookup models list`)."""
+    return resolve_model(sys.argv[1] if len(sys.argv) > 1 else default)
 
-    The model is the GGUF file named as the script's argument, else the bundled SmolLM2-135M.
-    """
+
+def compare(messages: list[dict], prediction: str, max_tokens: int, n_ctx: int, model: str) -> str:
+    """Print tokens, seconds and speed-up of each way; return the reply with the prediction."""
     kwargs = dict(n_ctx=n_ctx, n_threads=os.cpu_count(), n_threads_batch=os.cpu_count(), verbose=False)
-    path = sys.argv[1] if len(sys.argv) > 1 else plookup.smollm2_path()
-    plain, fast = llama_cpp.Llama(path, **kwargs), plookup.Llama(path, **kwargs)
+    print(f"model: {os.path.basename(model)}")
+    plain, fast = llama_cpp.Llama(model, **kwargs), plookup.Llama(model, **kwargs)
     runs = [
         ("llama_cpp.Llama", *timed_chat(plain, messages, max_tokens)),
         ("plookup.Llama", *timed_chat(fast, messages, max_tokens)),
@@ -51,7 +57,31 @@ def compare(messages: list[dict], prediction: str, max_tokens: int, n_ctx: int) 
     replies = [result["choices"][0]["message"]["content"] for _, result, _ in runs]
     for (name, _, _), reply in zip(runs[1:], replies[1:]):
         if reply != replies[0]:
-            # Batched and single-token kernels round differently: a near-tie may go the other way.
+            # Batched and single-token kernels round differently: a near-tie may go the other way
+            # (`plookup doctor` says whether this model and build are exact).
             same = next(i for i, (a, b) in enumerate(zip(reply + "\0", replies[0] + "\0")) if a != b)
             print(f"{name} differs from llama_cpp.Llama after {same} identical characters")
     return replies[-1]
+
+
+def code_of(reply: str) -> str:
+    """The code in a reply: its first fenced block, else the reply itself."""
+    block = re.search(r"```[a-zA-Z]*\n(.*?)```", reply, re.S)
+    return block.group(1) if block else reply
+
+
+def check_rename(source: str, reply: str, old: str, new: str) -> bool:
+    """Print whether the reply is `source` with every `old` renamed `new` and nothing else changed."""
+    word = re.compile(rf"\b{re.escape(old)}\b")
+    expected = word.sub(new, source).strip().splitlines()
+    got = code_of(reply).strip().splitlines()
+    left = sum(len(word.findall(line)) for line in got)
+    renamed = sum(line.count(new) for line in got)
+    diff = difflib.unified_diff(expected, got, lineterm="", n=0)
+    other = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    ok = not left and renamed and not other
+    print(f"the edit: {renamed} x `{new}`, {left} x `{old}` left, {len(other)} other changed lines: "
+          f"{'done, nothing else changed' if ok else 'NOT done as asked'}")
+    for line in other[:6]:
+        print(f"    {line}")
+    return bool(ok)
