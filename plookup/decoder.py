@@ -40,6 +40,7 @@ from .stats import SpecStats
 from .verify import Sample, Verdict, accept
 
 GGUF_MAGIC = b"GGUF"
+COMPLETION_MAX_TOKENS = 16  # llama_cpp.Llama.create_completion's default max_tokens
 
 
 def check_gguf(model_path: str) -> None:
@@ -63,6 +64,9 @@ class Call:
     stats: SpecStats = field(default_factory=SpecStats)
     prediction: Sequence[int] = ()
     cancelled: Optional[Callable[[], bool]] = None
+    # The most tokens the caller will take (create_completion's max_tokens): drafts never reach
+    # past it, since a verified token nobody takes is a wasted row of the batch.
+    max_tokens: Optional[int] = None
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()
@@ -234,6 +238,10 @@ class Llama(llama_cpp.Llama):
 
     def create_completion(self, *args, prediction=None, **kwargs):
         call, owner = self._call(prediction)
+        # llama_cpp's create_completion(prompt, suffix=None, max_tokens=16, ...): <= 0 or None is
+        # "up to the context", which the room left bounds anyway.
+        max_tokens = kwargs.get("max_tokens", args[2] if len(args) > 2 else COMPLETION_MAX_TOKENS)
+        call.max_tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
         return self._deliver(call, owner, _within(call, super().create_completion, *args, **kwargs))
 
     def create_chat_completion(self, *args, prediction=None, **kwargs):
@@ -381,8 +389,11 @@ class Llama(llama_cpp.Llama):
                 room = self._n_ctx - n_past - 2
                 if room < 0:
                     return  # context full: the caller reports finish_reason "length"
+                limit = min(room, self.n_batch - 1)
+                if call.max_tokens is not None:  # a step emits accepted + 1 tokens
+                    limit = min(limit, call.max_tokens - stats.generated - 1)
                 t0 = time.perf_counter()
-                draft = drafter.propose(min(room, self.n_batch - 1)) if self.can_roll_back else NO_DRAFT
+                draft = drafter.propose(limit) if self.can_roll_back else NO_DRAFT
                 stats.draft_seconds += time.perf_counter() - t0
                 verdict, path = self._step(pending, draft, n_past, sample, stopping_criteria)
         finally:

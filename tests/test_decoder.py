@@ -26,7 +26,7 @@ def plain(model_path):
 
 
 def completion(llm, prompt=COPY_PROMPT, **kwargs):
-    return llm.create_completion(prompt, max_tokens=MAX_TOKENS, temperature=0.0, **kwargs)
+    return llm.create_completion(prompt, **{"max_tokens": MAX_TOKENS, "temperature": 0.0, **kwargs})
 
 
 def test_completion_text_equals_llama_cpp(plain, smol):
@@ -144,3 +144,26 @@ def test_chat_template_tokens_match_llama_cpp(smol):
     # The test prompts are built with the model's own template, as create_chat_completion does.
     tokens = chat_prompt_tokens(smol, [{"role": "user", "content": "hi"}])
     assert smol.detokenize(tokens, special=True).decode().rstrip().endswith("assistant")
+
+
+def test_drafts_never_reach_past_max_tokens(smol, monkeypatch):
+    # A step emits its accepted drafts and one sampled token, so a draft longer than
+    # max_tokens - generated - 1 verifies rows the caller never takes.
+    steps = []  # (tokens generated before the step, draft length)
+    propose = smol.drafter.propose
+
+    def recorded(limit=None):
+        draft = propose(limit)
+        steps.append((smol.last_stats.generated, len(draft.tokens)))
+        return draft
+
+    monkeypatch.setattr(smol.drafter, "propose", recorded)
+    for max_tokens in (1, 2, 6, 23):
+        steps.clear()
+        spec = completion(smol, max_tokens=max_tokens)["usage"]["speculative"]
+        assert spec["generated"] == max_tokens
+        assert all(before + n + 1 <= max_tokens for before, n in steps), (max_tokens, steps)
+        if max_tokens > 2:  # the copy prompt keeps drafting, and the last draft ends on the limit
+            assert steps and max(before + n + 1 for before, n in steps) == max_tokens, steps
+    chat = smol.create_chat_completion([{"role": "user", "content": COPY_PROMPT}], max_tokens=7, temperature=0.0)
+    assert chat["usage"]["speculative"]["generated"] == chat["usage"]["completion_tokens"] == 7
