@@ -21,6 +21,7 @@ from plookup.exactness import llamafile_in_build, probe_invariance
 from plookup.models import quantized_path
 
 from conftest import LLAMA_KWARGS, MODEL_KWARGS, kv_positions
+from test_sampling import EagerDrafter, assert_same_distribution
 
 MAX_TOKENS = 96
 WORKLOADS = standard_workloads(seed=0)
@@ -115,3 +116,21 @@ def test_exact_build_gives_plains_text_token_for_token(model_path, smollm2_q8_0,
         assert tokens == reference, f"{which} {workload.name}: differs at {first_divergence(reference, tokens)}"
         accepted += spec.last_stats.accepted
     assert len(PROMPTS) >= 24 and accepted > 0  # verify batches were exercised, not skipped
+
+
+# llama_cpp's default sampler chain, every truncation on: where verify rows are plain's bit for
+# bit, no token can sit on the other side of a threshold, so these must match too (test_sampling.py
+# keeps the thresholds away from tokens, since the default build's rows are not plain's).
+TRUNCATING = {
+    "defaults": dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+    "min_p0.05": dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.05),
+}
+
+
+@pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
+@pytest.mark.parametrize("setting", list(TRUNCATING))
+def test_exact_build_samples_plains_distribution_with_truncation(model_path, setting):
+    plain = llama_cpp.Llama(model_path["smollm2"], **LLAMA_KWARGS)
+    eager = plookup.Llama(model_path["smollm2"], drafter=EagerDrafter(), **LLAMA_KWARGS)
+    assert eager.exact
+    assert_same_distribution("smollm2", plain, eager, setting, TRUNCATING)

@@ -11,7 +11,7 @@ from scipy.stats import chi2_contingency
 import plookup
 from plookup.verify import Verdict
 
-from conftest import MODEL_KWARGS
+from conftest import CODER, MODEL_KWARGS, pair
 
 N_SAMPLES = 400
 N_TOKENS = 3
@@ -20,10 +20,16 @@ N_TOKENS = 3
 # proposes ", red, green" for the next tokens, which temperature 1 still often rejects (SmolLM2
 # gives some 30 different 3-token sequences in 100 samples).
 PROMPT = "red, green, blue, red, green, blue, red, green, blue, red, green,"
+# Each setting turns one part of the sampler chain on and leaves the truncations off otherwise.
+# A truncation is a threshold, and the default build's batch rounding can carry a token across it:
+# on Gemma 3, " blue" after "blue," has p/p_max = 0.0469 from a single decode but 0.0506 from
+# row 2 of a verify batch, so min_p = 0.05 drops it in plain decoding and keeps it (p = 0.036) in
+# plookup's. That is batch non-invariance, not the acceptance rule (the exact build's test runs
+# every setting with min_p on); the thresholds here sit away from every token these paths meet.
 SETTINGS = {
     "temp1": dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
-    "top_p0.9": dict(temperature=1.0, top_p=0.9),
-    "repeat_penalty1.3": dict(temperature=1.0, repeat_penalty=1.3),
+    "top_p0.8": dict(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0),
+    "repeat_penalty1.3": dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.3),
 }
 
 
@@ -90,23 +96,42 @@ class AcceptEverything(plookup.Llama):
     acceptance = staticmethod(accept_everything)
 
 
-@pytest.mark.parametrize("setting", list(SETTINGS))
-def test_distribution_of_first_tokens_matches_plain(model_pair, eager, setting):
-    name, plain, _ = model_pair
-    spec = eager
-    expected = first_tokens(plain, range(N_SAMPLES), **SETTINGS[setting])
+_plain_counts: dict[tuple, Counter] = {}
+
+
+def plain_counts(name, plain, setting, settings=SETTINGS) -> Counter:
+    """Plain decoding's sample for a model and setting; seeded, so drawn once per session."""
+    key = (name, id(plain), tuple(sorted(settings[setting].items())))
+    if key not in _plain_counts:
+        _plain_counts[key] = first_tokens(plain, range(N_SAMPLES), **settings[setting])
+    return _plain_counts[key]
+
+
+def assert_same_distribution(name, plain, spec, setting, settings=SETTINGS):
+    expected = plain_counts(name, plain, setting, settings)
     drafted = []
-    got = first_tokens(spec, range(10**6, 10**6 + N_SAMPLES), drafted, **SETTINGS[setting])
+    got = first_tokens(spec, range(10**6, 10**6 + N_SAMPLES), drafted, **settings[setting])
     assert sum(d > 0 for d in drafted) >= N_SAMPLES * 9 // 10, "too few drafts to test the rule"
     p = homogeneity_p_value(expected, got)
     assert p > 0.001, f"{name} {setting}: plookup {got.most_common(5)} vs plain {expected.most_common(5)}"
 
 
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_distribution_of_first_tokens_matches_plain(model_pair, eager, setting):
+    assert_same_distribution(model_pair[0], model_pair[1], eager, setting)
+
+
+def test_distribution_matches_plain_on_the_code_model(model_path):
+    # Temperature 1 alone: the setting where most drafts are rejected (Qwen decodes ~4x slower).
+    name, plain, _ = pair(CODER, model_path)
+    eager = plookup.Llama(model_path[CODER], drafter=EagerDrafter(), **MODEL_KWARGS[CODER])
+    assert_same_distribution(name, plain, eager, "temp1")
+
 
 def test_broken_acceptance_rule_fails_the_same_test(model_path, model_pair):
     name, plain, _ = model_pair
     broken = AcceptEverything(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
-    expected = first_tokens(plain, range(N_SAMPLES), **SETTINGS["temp1"])
+    expected = plain_counts(name, plain, "temp1")
     got = first_tokens(broken, range(10**6, 10**6 + N_SAMPLES), **SETTINGS["temp1"])
     assert homogeneity_p_value(expected, got) < 0.001
 
