@@ -31,6 +31,7 @@ from .exactness import (
 )
 from .models import quantized_path, resolve_model
 from .options import add_model_options
+from .tables import grid
 
 
 def register(commands) -> None:
@@ -105,8 +106,9 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
     prompt_tps, decode_tps = measure_speeds(llm)
     return dict(
         settings=asdict(settings), invariant=invariance.invariant, summary=invariance.summary(),
-        checks=[asdict(c) for c in invariance.checks], cost=cost.tolist(), best_n=best_n,
-        ceiling=ceiling, prompt_tps=prompt_tps, decode_tps=decode_tps,
+        single_rows=invariance.rows(two_branch=False), branch_rows=invariance.rows(two_branch=True),
+        max_delta=max(c.max_delta for c in invariance.checks), checks=[asdict(c) for c in invariance.checks],
+        cost=cost.tolist(), best_n=best_n, ceiling=ceiling, prompt_tps=prompt_tps, decode_tps=decode_tps,
     )  # fmt: skip
 
 
@@ -135,19 +137,22 @@ def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int) ->
 
 def render(report: dict) -> str:
     types = ", ".join(f"{t} {n}" for t, n in report["tensor_types"].items())
+    header = ("setting", "exact", "single rows", "two-branch rows", "max |Δ|", "ceiling", "prompt tok/s", "decode tok/s")
+    rows = []
+    for c in report["configs"]:
+        rows.append((
+            Settings(**c["settings"]).label(), "yes" if c["invariant"] else "no",
+            "{}/{}".format(*c["single_rows"]), "{}/{}".format(*c["branch_rows"]), f"{c['max_delta']:.2g}",
+            f"{c['ceiling']:.2f}x (n={c['best_n']})", f"{c['prompt_tps']:.0f}", f"{c['decode_tps']:.1f}",
+        ))  # fmt: skip
     lines = [
         f"model: {report['model']}",
         f"  tensors: {types}",
         f"build: llama-cpp-python {report['llama_cpp_python']}; {report['system_info']}",
         f"threads: {report['threads']}",
         "",
-        f"{'setting':48s} {'verify batches':44s} {'ceiling':>14s} {'prompt tok/s':>13s} {'decode tok/s':>13s}",
+        grid(header, rows),
     ]
-    for config in report["configs"]:
-        label = Settings(**config["settings"]).label()
-        exact = ("exact: " if config["invariant"] else "not exact: ") + config["summary"]
-        ceiling = f"{config['ceiling']:.2f}x (n={config['best_n']})"
-        lines.append(f"{label:48s} {exact:44s} {ceiling:>14s} {config['prompt_tps']:13.0f} {config['decode_tps']:13.1f}")
     for quant, ceiling in report.get("quants", {}).items():
         lines.append(f"  requantized to {quant}: ceiling {ceiling:.2f}x")
     lines += ["", "advice:"] + [f"- {line}" for line in report["advice"]]

@@ -135,6 +135,11 @@ class Invariance:
         """Verification can be exact: single-draft batches are (two-branch ones can be left out)."""
         return self.single_invariant
 
+    def rows(self, two_branch: bool) -> tuple[int, int]:
+        """(rows bitwise equal, rows) over the single-draft or the two-branch batches."""
+        checks = [c for c in self.checks if c.two_branch == two_branch]
+        return sum(c.equal for c in checks), sum(c.rows for c in checks)
+
     def summary(self) -> str:
         parts = []
         for name, branch in (("single", False), ("two-branch", True)):

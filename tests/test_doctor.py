@@ -4,6 +4,7 @@ verdicts, not timings), its report reaches plookup.Llama's settings, and the com
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
@@ -15,8 +16,9 @@ from conftest import LLAMA_KWARGS
 
 
 def config(invariant: bool, ceiling: float, prompt=230.0, decode=95.0, best_n=12, **settings) -> dict:
-    return dict(settings=Settings(**settings).__dict__, invariant=invariant, ceiling=ceiling, best_n=best_n,
-                prompt_tps=prompt, decode_tps=decode, summary="3/209 rows bitwise equal, max |Δlogit| 2.1")  # fmt: skip
+    rows = dict(single_rows=(135, 135) if invariant else (15, 135), branch_rows=(13, 130), max_delta=0.6)
+    return dict(settings=asdict(Settings(**settings)), invariant=invariant, ceiling=ceiling, best_n=best_n,
+                prompt_tps=prompt, decode_tps=decode, summary="single 15/135 rows, two-branch 13/130", **rows)  # fmt: skip
 
 
 def report(*configs, llamafile=True, **extra) -> dict:
@@ -63,6 +65,20 @@ def test_the_cheaper_quant_is_named_when_the_curves_say_so():
 
 def test_no_gain_on_a_steep_curve():
     assert advise(report(config(True, 1.01, best_n=1)))[0].startswith("speculation cannot pay here")
+
+
+def test_the_report_reads_as_a_table_then_advice():
+    text = doctor.render(dict(
+        model="m.gguf", tensor_types={"Q4_K": 97, "F32": 121}, llama_cpp_python="0.3.36", system_info="CPU : AVX2 = 1",
+        threads=2, configs=[config(False, 2.05), config(True, 1.7, repack=False, tiled=False)], quants={"q8_0": 2.71},
+        advice=["line one", "line two"],
+    ))  # fmt: skip
+    lines = text.splitlines()
+    assert lines[1] == "  tensors: Q4_K 97, F32 121"
+    table = lines[lines.index(next(l for l in lines if l.startswith("setting"))):]
+    assert table[2].split()[:4] == ["flash", "attention", "off", "no"] and "15/135" in table[2] and "2.05x (n=12)" in table[2]
+    assert "repacking off, tiled K-quant kernel off" in table[3] and " yes " in table[3] and "135/135" in table[3]
+    assert "  requantized to q8_0: ceiling 2.71x" in lines and lines[-2:] == ["- line one", "- line two"]
 
 
 def test_a_cached_report_sets_plookups_runtime_settings(model_path, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import sys
 import time
 from typing import Sequence
 
+from ..tables import grid
 from .measure import acceptance_by_position, pool_positions, speedup
 
 PLOTTED_POSITIONS = 16
@@ -120,12 +121,6 @@ def acceptance_lines(summary: dict, workloads: Sequence[str], positions: int = 8
 def pooled_acceptance(per_workload: dict, workloads: Sequence[str]) -> list[float]:
     """Acceptance by draft position, pooled over `workloads`."""
     return acceptance_by_position(*pool_positions(per_workload[w] for w in workloads))
-
-
-def grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def plot(path: str, summary: dict, kinds: dict[str, str], oracle: float) -> None:
