@@ -53,7 +53,7 @@ demo: install
 	$(PY) examples/demo.py $(MODEL)
 
 test: install
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" --durations=15 tests
 
 test-slow: install
 	$(PY) -m pytest -q tests
@@ -61,7 +61,7 @@ test-slow: install
 # With EXACT=1: the exactness and doctor tests, which assert full-length identity with plain decoding
 # wherever the probe finds verify batches exact (CI runs this leg after `make test`).
 test-exact: install
-	$(PY) -m pytest -q tests/test_exact.py tests/test_doctor.py
+	$(PY) -m pytest -q --durations=10 tests/test_exact.py tests/test_doctor.py
 
 # aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
 # from PyPI, once). AIDER_ARGS e.g. "--memory" or "-m qwen-coder-0.5b --formats whole --json out.json".

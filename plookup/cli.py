@@ -1,4 +1,9 @@
-"""`plookup` command line: generate, bench, serve, doctor, models."""
+"""`plookup` command line: generate, bench, serve, doctor, models.
+
+plookup drafts tokens from the prompt and the output so far and has llama.cpp verify them in one
+batch: greedy output is bit-identical to plain decoding where `plookup doctor` says exact;
+elsewhere the output may differ at near-ties (see the README, "Exactness").
+"""
 
 from __future__ import annotations
 
@@ -63,7 +68,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="plookup", description=__doc__)
+    parser = argparse.ArgumentParser(prog="plookup", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True)
 
     generate = commands.add_parser("generate", help="generate text from a prompt")

@@ -39,7 +39,7 @@ def request_kinds():
     """(name, call) for every mix of endpoint, stream, prediction and length."""
     kinds = []
     for prompt, endpoint, stream, predicted, max_tokens in itertools.product(
-        (ABC, COUNT), ("completion", "chat"), (False, True), (False, True), (4, 24)
+        (ABC, COUNT), ("completion", "chat"), (False, True), (False, True), (3, 12)
     ):
         if endpoint == "chat" and prompt == COUNT:
             continue  # chat answers to it are long-winded and tie early
