@@ -33,10 +33,21 @@ DEFAULT_REPEATS = 7
 CONTEXT_TOKENS = 256
 
 
+# Plain decoding runs one-token decodes back to back, and a GPU backend replays its captured graph
+# only while the batch shape repeats (llama.cpp's CUDA graphs): the first decode of a run of
+# one-token decodes pays for the capture, the next ones are what plain decoding costs.
+SINGLE_RUN = 4
+# Part of the cache key: a change in how the curve is measured measures cached curves again.
+METHOD = "synchronized; one-token decodes in runs"
+
+
 def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
     fill(llm, sequence_rows(tokens, n_past))
     start = time.perf_counter()
     llm._ctx.decode(llm._batch)
+    # Asynchronous backends (CUDA, Metal) return from llama_decode before the batch has run; a
+    # step costs until its logits can be read.
+    llama_cpp.llama_synchronize(llm._ctx.ctx)
     seconds = time.perf_counter() - start
     llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
     return seconds
@@ -62,10 +73,13 @@ def measure_cost_curve(
     llm.eval(context[:n_context])
     n_past = llm.n_tokens
     samples: list[list[float]] = [[] for _ in range(max_n)]
-    # Sizes interleaved within each round, so drift in machine load is shared by all of them.
+    # Sizes interleaved within each round, so drift in machine load is shared by all of them;
+    # verify steps change size from step to step as they do here, one-token decodes come in runs.
     _decode_seconds(llm, context[:max_n], n_past)  # warm-up: first use of the largest graph
     for _ in range(repeats):
-        for n in range(1, max_n + 1):
+        run = [_decode_seconds(llm, context[:1], n_past) for _ in range(SINGLE_RUN)]
+        samples[0] += run[1:]
+        for n in range(2, max_n + 1):
             samples[n - 1].append(_decode_seconds(llm, context[:n], n_past))
     llm.reset()
     llm._requires_eval = True
@@ -85,7 +99,7 @@ def curve_key(llm: llama_cpp.Llama) -> str:
     stat = os.stat(llm.model_path)
     params = llm.context_params
     settings = [
-        os.path.abspath(llm.model_path), stat.st_size, stat.st_mtime_ns,
+        METHOD, os.path.abspath(llm.model_path), stat.st_size, stat.st_mtime_ns,
         params.n_threads, params.n_threads_batch, params.n_batch, params.n_ubatch,
         int(params.flash_attn_type), params.type_k, params.type_v, llm.model_params.n_gpu_layers,
         llama_cpp.llama_print_system_info().decode(),

@@ -103,3 +103,39 @@ def test_kernel_matches_the_rule_written_out(match_length, agree, outcomes, slop
     agree = np.asarray(agree, dtype=np.float64)
     expected = reference_choice(match_length, agree, *policy.calibration(), policy.cost)
     assert policy.choose(match_length, agree) == (expected if match_length >= 1 else 0)
+
+
+def test_cost_curve_times_one_token_decodes_as_plain_decoding_runs_them(monkeypatch):
+    # A GPU backend replays a captured graph only while the batch shape repeats: a fake decode
+    # that is 3x dearer whenever the shape changed must not make one-token decodes look dear.
+    from plookup import costs
+
+    last = []
+
+    def fake_decode_seconds(llm, tokens, n_past):
+        changed = not last or last[-1] != len(tokens)
+        last.append(len(tokens))
+        return (1.0 + 0.1 * len(tokens)) * (3.0 if changed else 1.0)
+
+    class FakeLlama:
+        input_ids = [0] * 512
+        n_batch = 512
+        _requires_eval = False
+
+        def n_vocab(self):
+            return 1000
+
+        def n_ctx(self):
+            return 512
+
+        def reset(self):
+            pass
+
+        def eval(self, tokens):
+            self.n_tokens = len(tokens)
+
+    monkeypatch.setattr(costs, "_decode_seconds", fake_decode_seconds)
+    cost = costs.measure_cost_curve(FakeLlama(), max_n=4, repeats=3)
+    # steady one-token decode 1.1; an n-token verify step (its size new each time) 3 (1 + 0.1 n)
+    assert cost[0] == 1.0
+    assert np.allclose(cost[1:], [3 * 1.2 / 1.1, 3 * 1.3 / 1.1, 3 * 1.4 / 1.1])
