@@ -130,78 +130,83 @@ async def watch_disconnect(request: Request, gone: threading.Event) -> None:
     gone.set()
 
 
-def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None) -> FastAPI:
-    """The app serving `llm` to requests whose ``model`` is `model_name` (or absent)."""
-    metrics = Metrics(ROUTES)
-    gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set)
-    probe = PromptProbe(llm)
-    created = int(time.time())
-    app = FastAPI(title="plookup")
-    install_error_handlers(app)
-    app.add_middleware(LimitBody, max_bytes=limits.max_body_bytes)  # added last runs first:
-    if api_key:
-        app.add_middleware(RequireKey, key=api_key)  # ... so the key is checked before the body,
-    app.add_middleware(CountRequests, count=metrics.count_request)  # ... and every answer is counted
+class Service:
+    """What the routes do with one model: admit a request (the checks that need no model time),
+    run it through the gate, and account for it from its own stats."""
 
-    def arguments(body) -> tuple[dict, Optional[dict]]:
+    def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics):
+        self.llm, self.model_name, self.limits, self.metrics = llm, model_name, limits, metrics
+        self.gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set)
+        self.probe = PromptProbe(llm)
+
+    def arguments(self, body) -> tuple[dict, Optional[dict]]:
         """(create_* keyword arguments, prediction): refused with 404 or 400 before any work."""
-        if body.model not in (None, model_name):
+        if body.model not in (None, self.model_name):
             raise APIError(404, f"The model `{body.model}` does not exist", param="model", code="model_not_found")
         prediction = body.prediction.model_dump() if body.prediction is not None else None
         if prediction is not None:
-            check_prediction_size(prediction_text(prediction))
+            self.check_prediction_size(prediction_text(prediction))
         kwargs = body.model_dump(exclude=NOT_FORWARDED)
-        prepare_request_resources(body, lambda _model: llm, body.model, kwargs)
+        prepare_request_resources(body, lambda _model: self.llm, body.model, kwargs)
         return kwargs, prediction
 
-    def check_prediction_size(text: str) -> None:
-        limit = limits.max_prediction_tokens
+    def check_prediction_size(self, text: str) -> None:
+        limit = self.limits.max_prediction_tokens
         size = len(text.encode("utf-8"))
         # A token is at least one byte: a short text needs no count; a long one is counted once.
-        if size > limit and len(llm.tokenize(text.encode("utf-8"), add_bos=False)) > limit:
+        if size > limit and len(self.llm.tokenize(text.encode("utf-8"), add_bos=False)) > limit:
             raise APIError(400, f"the prediction is over the server's limit of {limit} tokens",
                            param="prediction", code="prediction_too_long")  # fmt: skip
 
-    async def respond(request: Request, body, create_name: str):
-        kwargs, prediction = arguments(body)
+    async def respond(self, request: Request, body, create_name: str):
+        kwargs, prediction = self.arguments(body)
         try:
-            await run_in_threadpool(probe.prompt, create_name, kwargs)
+            await run_in_threadpool(self.probe.prompt, create_name, kwargs)
         except ValueError as e:
             raise model_error(e, body) from e
-        metrics.queue_wait.observe(await gate.enter())
-        create = getattr(llm, create_name)
+        self.metrics.queue_wait.observe(await self.gate.enter())
+        create = getattr(self.llm, create_name)
         if body.stream:
-            return await start_stream(body, create, kwargs, prediction)  # the stream leaves the gate
+            return await self.start_stream(body, create, kwargs, prediction)  # the stream leaves the gate
+        try:
+            call, result = await self.generate(request, create, kwargs, prediction)
+        except ValueError as e:
+            raise model_error(e, body) from e
+        finally:
+            self.gate.leave()
+        self.metrics.record_generation(call.stats.as_dict())
+        if call.prediction:
+            details = await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(result))
+            result["usage"]["completion_tokens_details"] = details
+            self.metrics.record_prediction(details)
+        return result
+
+    async def generate(self, request: Request, create, kwargs: dict, prediction):
+        """(call, result) of a non-streamed request, which ends at its next step once the client
+        hangs up."""
         gone = threading.Event()
 
         def generate():
-            with llm.request(prediction, cancelled=gone.is_set) as call:
+            with self.llm.request(prediction, cancelled=gone.is_set) as call:
                 return call, create(**kwargs)
 
         refused: Optional[ValueError] = None
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(watch_disconnect, request, gone)
-                try:
-                    call, result = await run_in_threadpool(generate)
-                except ValueError as e:  # caught here: a task group would wrap it in a group
-                    refused = e
-                finally:
-                    group.cancel_scope.cancel()
-        finally:
-            gate.leave()
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch_disconnect, request, gone)
+            try:
+                done = await run_in_threadpool(generate)
+            except ValueError as e:  # raised outside the group, which would wrap it in a group
+                refused = e
+            finally:
+                group.cancel_scope.cancel()
         if refused is not None:
-            raise model_error(refused, body) from refused
-        metrics.record_generation(call.stats.as_dict())
-        if call.prediction:
-            details = await run_in_threadpool(llm.prediction_details, call.prediction, completion_text(result))
-            result["usage"]["completion_tokens_details"] = details
-            metrics.record_prediction(details)
-        return result
+            raise refused
+        return done
 
-    async def start_stream(body, create, kwargs: dict, prediction):
+    async def start_stream(self, body, create, kwargs: dict, prediction):
         """Run the stream's first step before the response starts, so that its errors are a real
         status; the response then leaves the gate when it ends, however it ends."""
+        llm, gate, metrics = self.llm, self.gate, self.metrics
         gone = threading.Event()
 
         def first_chunk():
@@ -243,17 +248,30 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
 
         return ClosingEventSource(events(), close, sep="\n")
 
+
+def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None) -> FastAPI:
+    """The app serving `llm` to requests whose ``model`` is `model_name` (or absent)."""
+    metrics = Metrics(ROUTES)
+    service = Service(llm, model_name, limits, metrics)
+    created = int(time.time())
+    app = FastAPI(title="plookup")
+    install_error_handlers(app)
+    app.add_middleware(LimitBody, max_bytes=limits.max_body_bytes)  # added last runs first:
+    if api_key:
+        app.add_middleware(RequireKey, key=api_key)  # ... so the key is checked before the body,
+    app.add_middleware(CountRequests, count=metrics.count_request)  # ... and every answer is counted
+
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest):
         if isinstance(body.prompt, list):
             if len(body.prompt) != 1:
                 raise APIError(400, "plookup serves one prompt per request", param="prompt")
             body.prompt = body.prompt[0]
-        return await respond(request, body, "create_completion")
+        return await service.respond(request, body, "create_completion")
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: ChatCompletionRequest):
-        return await respond(request, body, "create_chat_completion")
+        return await service.respond(request, body, "create_chat_completion")
 
     @app.get("/v1/models")
     async def models():
