@@ -327,3 +327,30 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys):
     # The recorded outputs replay without the model.
     assert cli.main(["bench", "--replay", str(out_json)]) == 0
     assert "modelled x" in capsys.readouterr().out
+
+
+def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys):
+    # A memory written by `plookup generate --memory`, holding one answer to the workload's question.
+    memory = tmp_path / "memory.npz"
+    question = "What is a list?"
+    assert cli.main(["generate", "-p", question, "--chat", "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024",
+                     "--memory", str(memory)]) == 0  # fmt: skip
+    saved = memory.read_bytes()
+    workloads = tmp_path / "w.jsonl"
+    workloads.write_text(json.dumps({"name": "ask", "kind": "free", "messages": [{"role": "user", "content": question}]}) + "\n")
+    out_json = tmp_path / "b.json"
+    argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix", "--repeats", "2",
+            "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024", "--memory", str(memory), "--json", str(out_json)]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert "plookup-memory" in capsys.readouterr().out
+    summary = json.loads(out_json.read_text())["summary"]
+    assert set(summary) == {"plain", "plookup-suffix", "plookup-memory"}
+    with_memory, without = summary["plookup-memory"]["ask"], summary["plookup-suffix"]["ask"]
+    assert with_memory["accepted_from_memory"] > 0 and without["accepted_from_memory"] == 0
+    assert with_memory["accepted"] > without["accepted"]
+    assert memory.read_bytes() == saved  # read only: the bench's own requests are not added
+
+
+def test_memory_system_needs_its_file(tmp_path, capsys):
+    assert cli.main(["bench", "--quick", "--memory", str(tmp_path / "missing.npz")]) == 1
+    assert "no such file" in capsys.readouterr().err

@@ -31,7 +31,7 @@ from .measure import (
     system_overview,
 )
 from .replay import load_recorded, replay, replay_speedups
-from .systems import IN_PROCESS_SYSTEMS
+from .systems import IN_PROCESS_SYSTEMS, MEMORY_SYSTEM
 from .workloads import whole_file_workloads
 
 DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
@@ -60,6 +60,10 @@ def register(commands) -> None:
                        help='your own workloads instead: {"messages": [...], "kind"?: "copy"|"free", "name"?} a line')  # fmt: skip
     bench.add_argument("--systems", default=",".join(IN_PROCESS_SYSTEMS),
                        help="comma-separated in-process systems (default: all; plain is required)")  # fmt: skip
+    bench.add_argument("--memory", metavar="PATH",
+                       help=f"also run {MEMORY_SYSTEM}: the suffix drafter with the cross-request memory that "
+                            "`serve`/`generate --memory PATH` saved, read only (the bench's own requests "
+                            "are not added to it)")  # fmt: skip
     bench.add_argument("--temperature", type=float, default=0.0,
                        help="sampling temperature (default 0: greedy); identity vs plain is then moot")  # fmt: skip
     bench.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: from PATH)")
@@ -108,6 +112,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     names = [s for s in args.systems.split(",") if s]
     if BASELINE not in names:
         raise ValueError(f"--systems must include {BASELINE}: every ratio is against it")
+    if args.memory is not None:
+        if not os.path.exists(args.memory):
+            raise ValueError(f"--memory {args.memory}: no such file (`plookup serve --memory PATH` writes one)")
+        if MEMORY_SYSTEM not in names:
+            names.append(MEMORY_SYSTEM)
     repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     max_tokens = args.max_tokens or (QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS)
     kwargs = model_kwargs(args)
@@ -118,7 +127,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         phases.append(Phase("whole-file", whole_kwargs, WHOLE_FILE_MAX_TOKENS, names,
                             lambda llm, first_answer: whole_file_workloads(args.seed, whole_files)))  # fmt: skip
     record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
-                  threads=args.threads, max_draft=args.max_draft, temperature=args.temperature, repeats=repeats,
+                  threads=args.threads, max_draft=args.max_draft, temperature=args.temperature, repeats=repeats, memory=args.memory,
                   workloads=[], phases={})  # fmt: skip
     for phase in phases:
         result = run_phase(args, phase, repeats)
@@ -211,7 +220,7 @@ def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -
     try:
         for name in names:
             note(f"starting {name}")
-            systems.append(WorkerSystem(name, phase.kwargs, args.max_draft, args.temperature))
+            systems.append(WorkerSystem(name, phase.kwargs, args.max_draft, args.temperature, args.memory))
         systems += start_servers(args, phase.kwargs, reference.eos)
         progress = bench_report.Progress(repeats * len(reference.prompts) * len(systems))
         runs = run_interleaved(systems, reference.prompts, phase.max_tokens, repeats,

@@ -19,10 +19,13 @@ from typing import Sequence
 import llama_cpp
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+from ..memory import GlobalMemory
 from ..stats import SpecStats
 from .replay import score_drafts
 
 IN_PROCESS_SYSTEMS = ("plain", "pld", "plookup-suffix", "plookup-ngram")
+# The suffix drafter with a cross-request memory read from a file (`plookup bench --memory PATH`).
+MEMORY_SYSTEM = "plookup-memory"
 # llama_cpp's prompt-lookup drafter proposes this many tokens (its own default).
 PLD_DRAFT_TOKENS = 10
 WARM_UP_PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
@@ -107,26 +110,45 @@ def run_record(tokens, prefill_s, ttft_s, total_s, stats: SpecStats, rss_mib) ->
                 peak_rss_mib=rss_mib, **spec)  # fmt: skip
 
 
-def build_local(name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0) -> LocalSystem:
+class FrozenMemory(GlobalMemory):
+    """A memory the benchmark only reads: the requests it runs are not added, so every repeat and
+    workload drafts from the file's memory alone, never from an earlier run of the same prompt."""
+
+    def add(self, tokens) -> None:
+        pass
+
+
+def build_local(
+    name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0, memory_path: str | None = None,
+) -> LocalSystem:
     if name == "plain":
         return LocalSystem(name, llama_cpp.Llama(**model_kwargs), temperature)
     if name == "pld":
         drafter = RecordingDrafter(LlamaPromptLookupDecoding(num_pred_tokens=PLD_DRAFT_TOKENS))
         # llama_cpp's speculative path reads every position's logits from its scores array.
         return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **model_kwargs), temperature)
-    if name.startswith("plookup-"):
+    if name == MEMORY_SYSTEM:
+        from ..decoder import Llama
+        from ..drafters import make_drafter
+        from ..options import model_vocabulary
+
+        if memory_path is None:
+            raise ValueError(f"{MEMORY_SYSTEM} drafts from a memory file: give it with --memory PATH")
+        memory = FrozenMemory.load(memory_path, model_vocabulary(model_kwargs["model_path"]))
+        return LocalSystem(name, Llama(drafter=make_drafter("suffix", max_draft, memory), **model_kwargs), temperature)
+    if name in IN_PROCESS_SYSTEMS and name.startswith("plookup-"):
         from ..decoder import Llama
         from ..drafters import make_drafter
 
         drafter = make_drafter(name.removeprefix("plookup-"), max_draft)
         return LocalSystem(name, Llama(drafter=drafter, **model_kwargs), temperature)
-    raise ValueError(f"unknown system {name!r}; known: {', '.join(IN_PROCESS_SYSTEMS)}")
+    raise ValueError(f"unknown system {name!r}; known: {', '.join((*IN_PROCESS_SYSTEMS, MEMORY_SYSTEM))}")
 
 
-def _serve(conn, name: str, model_kwargs: dict, max_draft: int, temperature: float) -> None:
+def _serve(conn, name: str, model_kwargs: dict, max_draft: int, temperature: float, memory_path) -> None:
     """Worker process: build the system, warm it up, then run prompts until told to stop."""
     try:
-        system = build_local(name, model_kwargs, max_draft, temperature)
+        system = build_local(name, model_kwargs, max_draft, temperature, memory_path)
         system.run(WARM_UP_PROMPT, 8)  # first graph builds and kernel loads happen here
         conn.send(("ready", None))
     except Exception as e:  # reported to the parent, which raises it
@@ -142,11 +164,13 @@ def _serve(conn, name: str, model_kwargs: dict, max_draft: int, temperature: flo
 class WorkerSystem:
     """A LocalSystem in a process of its own."""
 
-    def __init__(self, name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0):
+    def __init__(
+        self, name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0, memory_path: str | None = None,
+    ):
         self.name = name
         context = multiprocessing.get_context("spawn")  # no inherited llama.cpp threads or state
         self._conn, child = context.Pipe()
-        args = (child, name, model_kwargs, max_draft, temperature)
+        args = (child, name, model_kwargs, max_draft, temperature, memory_path)
         self._process = context.Process(target=_serve, args=args, daemon=True)
         self._process.start()
         self._reply()
