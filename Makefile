@@ -59,9 +59,11 @@ test-slow: install
 	$(PY) -m pytest -q tests
 
 # With EXACT=1: the exactness and doctor tests, which assert full-length identity with plain decoding
-# wherever the probe finds verify batches exact (CI runs this leg after `make test`).
+# wherever the probe finds verify batches exact (CI runs this leg after `make test`, which has run
+# the tests that hold in any build).
 test-exact: install
-	$(PY) -m pytest -q --durations=10 tests/test_exact.py tests/test_doctor.py
+	$(PY) -m pytest -q --durations=10 tests/test_exact.py tests/test_doctor.py \
+		-k "not nothing_is_drafted and not prefill_makes_plain"
 
 # aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
 # from PyPI, once). AIDER_ARGS e.g. "--memory" or "-m qwen-coder-0.5b --formats whole --json out.json".

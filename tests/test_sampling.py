@@ -118,6 +118,11 @@ def assert_same_distribution(name, plain, spec, setting, settings=SETTINGS):
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_distribution_of_first_tokens_matches_plain(model_pair, eager, setting):
+    if model_pair[0] != "smollm2" and setting != "temp1":
+        # Truncations and penalties are llama.cpp's sampler code, the same for every model, and on
+        # Gemma's 262k vocabulary each setting costs ~2 minutes of CI: they run on SmolLM2 here,
+        # and with every truncation on in the exact build (test_exact.py).
+        pytest.skip("sampler-chain settings run on SmolLM2")
     assert_same_distribution(model_pair[0], model_pair[1], eager, setting)
 
 
