@@ -37,7 +37,7 @@ class Progress:
 def print_results(summary, kinds, cost, oracle, overview, pairs, bounds, drafter_us) -> None:
     """Every table of a bench run, in reading order. ``oracle``: (best n, ceiling)."""
     best_n, ceiling = oracle
-    copy = [w for w, k in kinds.items() if k == "copy"]
+    copy = [w for w, k in kinds.items() if k != "free"]  # copy and whole-file edits
     print(workload_table(summary, kinds))
     print(f"\nverify cost of n tokens / 1 token: {' '.join(f'{c:.2f}' for c in cost)}")
     print(f"oracle ceiling: {ceiling:.2f}x plain decoding (always-right drafter verifying {best_n} tokens a step)\n")
@@ -49,7 +49,7 @@ def print_results(summary, kinds, cost, oracle, overview, pairs, bounds, drafter
         for name, bound in bounds.items():
             print(f"  {name:8s} {bound['modelled']:.2f}x as sized by plookup's policy, "
                   f"{bound['oracle_length']:.2f}x sized by an oracle that knows how many are accepted")
-    print("\nacceptance by draft position, copy workloads:")
+    print("\nacceptance by draft position, copy-heavy workloads:")
     print("\n".join(acceptance_lines(summary, copy)))
     print("\ndrafter time per step (extend 1 token + propose), by tokens indexed:")
     for name, by_size in drafter_us.items():
@@ -146,7 +146,7 @@ def plot(path: str, summary: dict, kinds: dict[str, str], oracle: float) -> None
     bars.set_title("Decode speedup over plain llama.cpp decoding (greedy)")
     bars.legend(fontsize=8)
 
-    copy = [w for w, k in kinds.items() if k == "copy"]
+    copy = [w for w, k in kinds.items() if k != "free"]  # copy and whole-file edits
     for system in systems:
         curve = pooled_acceptance(summary[system], copy)[:PLOTTED_POSITIONS]
         if curve:
