@@ -3,8 +3,9 @@ plookup, and with plookup given the code as a Predicted Output, timed side by si
 
     python examples/demo.py [MODEL]      # MODEL: a GGUF file or a name of `plookup models list`
 
-The bundled SmolLM2-135M renames a variable in a short function of the standard library (the
-edit a 135M model carries out); `make demo MODEL=qwen-coder-0.5b` asks a code model.
+The bundled SmolLM2-135M is asked to rename a parameter of a short standard-library function. It
+copies the function back without the rename, and the check says so (greedy, 2026-11-30): the
+timing shows plookup's speed on a copy; `make demo MODEL=qwen-coder-0.5b` asks a code model.
 """
 
 from __future__ import annotations
