@@ -30,9 +30,9 @@ N_REQUESTS = 1000
 N_CLIENTS = 8
 RSS_GROWTH_BOUND_MIB = 150  # indexes, metrics and Python garbage: no per-request leak can fit
 
-ABC = "a b c d e f g h i j k l m n o p q r s t u v w x y z\na b c d e f g h i j k l m n o p q r s t u v w x y z\na b c d e"
+ABC = "a b c d e f g h i j k l m\na b c d e f g h i j k l m\na b c d e"
 COUNT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
-PREDICTION = {"type": "content", "content": " f g h i j k l m n o p q r s t u v w x y z"}
+PREDICTION = {"type": "content", "content": " f g h i j k l m"}
 
 
 def request_kinds():
