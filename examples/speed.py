@@ -1,5 +1,5 @@
 """Shared by the examples: one greedy chat request three ways, timed end to end (prefill included),
-and a check that a rename was carried out.
+and a check that an edit was carried out.
 
 llama_cpp.Llama is the yardstick; plookup.Llama drafts from the prompt and its own output; with a
 prediction it also drafts from the text the caller expects the answer to repeat.
@@ -70,18 +70,19 @@ def code_of(reply: str) -> str:
     return block.group(1) if block else reply
 
 
+def check_edit(expected: str, reply: str, what: str) -> bool:
+    """Print whether the code in the reply is `expected` (blank lines at its ends aside), and how not."""
+    diff = difflib.unified_diff(expected.strip().splitlines(), code_of(reply).strip().splitlines(), lineterm="", n=0)
+    other = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    print(f"the edit ({what}): {'done, nothing else changed' if not other else f'NOT done as asked, {len(other)} lines differ'}")
+    for line in other[:6]:
+        print(f"    {line}")
+    return not other
+
+
 def check_rename(source: str, reply: str, old: str, new: str) -> bool:
     """Print whether the reply is `source` with every `old` renamed `new` and nothing else changed."""
     word = re.compile(rf"\b{re.escape(old)}\b")
-    expected = word.sub(new, source).strip().splitlines()
-    got = code_of(reply).strip().splitlines()
-    left = sum(len(word.findall(line)) for line in got)
-    renamed = sum(line.count(new) for line in got)
-    diff = difflib.unified_diff(expected, got, lineterm="", n=0)
-    other = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-    ok = not left and renamed and not other
-    print(f"the edit: {renamed} x `{new}`, {left} x `{old}` left, {len(other)} other changed lines: "
-          f"{'done, nothing else changed' if ok else 'NOT done as asked'}")
-    for line in other[:6]:
-        print(f"    {line}")
-    return bool(ok)
+    got = code_of(reply)
+    left, renamed = len(word.findall(got)), got.count(new)
+    return check_edit(word.sub(new, source), reply, f"{renamed} x `{new}`, {left} x `{old}` left")
