@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from plookup import cli
-from plookup.draft import Candidate
+from plookup.draft import Branch, Candidate
 from plookup.bench.measure import (
     divergence,
     geometric_mean,
@@ -22,7 +22,9 @@ from plookup.bench.measure import (
 from plookup.bench.llama_server import server_record
 from plookup.costs import oracle_speedup
 from plookup.bench.plain import NEAR_TIE
-from plookup.bench.replay import accepted_length, load_recorded, modelled_speedup, replay, score_drafts
+from plookup.bench.replay import (
+    accepted_length, best_lengths, cheapest_length, load_recorded, modelled_speedup, replay, score_drafts,
+)
 from plookup.bench.report import overview_table
 from plookup.bench.workloads import bench_workloads, whole_file_workloads
 
@@ -243,13 +245,87 @@ def test_replay_accepts_the_matching_prefix_and_advances_past_the_models_token()
     assert modelled_speedup(lengths, 5, np.array([1.0, 1.5, 2.0, 2.5])) == pytest.approx(5 / 5.5)
 
 
-def test_oracle_length_replay_drafts_only_what_the_model_accepts():
-    drafter = ScriptedDrafter([[4, 5, 9], [0], [8, 1]])
-    stats, lengths = replay(drafter, [1, 2, 3], [4, 5, 6, 7, 8], oracle_length=True)
-    assert lengths == [2, 0, 1]  # [4, 5] of [4, 5, 9], nothing of the wrong [0], [8] of [8, 1]
-    assert (stats.drafted, stats.accepted, stats.forward_passes, stats.generated) == (3, 3, 3, 5)
-    # The policy's drafts of the previous test cost 5.5 decodes; the oracle's 2 + 1 + 1.5.
-    assert modelled_speedup(lengths, 5, np.array([1.0, 1.5, 2.0, 2.5])) == pytest.approx(5 / 4.5)
+class BranchingDrafter(ScriptedDrafter):
+    """Proposes [4, 5, 9] with the fork [4, 6, 7] (the branch [6, 7] at position 1), then nothing."""
+
+    def propose(self):
+        tokens = self.drafts.pop(0)
+        if not len(tokens):
+            return Candidate(tokens, np.ones(0), 0, "request").draft(0)
+        return Candidate(tokens, np.ones(3), 2, "request").draft(3, Branch(1, np.array([6, 7], dtype=np.int32)))
+
+
+def test_replay_takes_a_branch_where_the_output_does_and_costs_both_branches():
+    drafter = BranchingDrafter([[4, 5, 9], [], []])
+    stats, lengths = replay(drafter, [1, 2, 3], [4, 6, 7, 8, 1])
+    assert drafter.calls[1:3] == [("observe", 3, 3), ("extend", [4, 6, 7, 8])]  # the fork, all of it accepted
+    assert lengths == [5, 0]  # one batch of the pending token, 4 5 9 and the fork's 6 7
+    assert (stats.accepted, stats.generated) == (3, 5)
+    _, lengths = replay(BranchingDrafter([[4, 5, 9], [], []]), [1, 2, 3], [4, 5, 8, 8, 1])
+    assert lengths == [5, 0, 0]  # 4 5 accepted along the draft; the fork was verified all the same
+
+
+class CandidatesByPosition(ScriptedDrafter):
+    """Offers the candidate given for each position of the output (the oracle asks at every one)."""
+
+    def __init__(self, candidates):
+        super().__init__([])
+        self.candidates, self.position = candidates, 0
+
+    def candidate(self):
+        tokens = np.array(self.candidates.get(self.position, []), dtype=np.int32)
+        return Candidate(tokens, np.ones(len(tokens)), 2, "request")
+
+    def extend(self, tokens):
+        self.position += len(tokens)
+
+
+def brute_force_least_cost(candidates, output, cost, pos=0):
+    """The oracle's definition, searched exhaustively: every d <= accepted, every padding."""
+    if pos >= len(output):
+        return 0.0
+    tokens = candidates.get(pos, [])
+    a = accepted_length(tokens, output[pos:])
+    return min(min(cost[min(k, len(cost) - 1)] for k in range(d, max(d, len(tokens)) + 1))
+               + brute_force_least_cost(candidates, output, cost, pos + d + 1) for d in range(a + 1))
+
+
+def test_the_oracle_finds_the_cheapest_draft_lengths():
+    output = [4, 5, 6, 7, 8]
+    candidates = {0: [4, 5, 9], 1: [5, 6, 7], 3: [0], 4: [8, 1]}
+    cost = np.array([1.0, 1.5, 2.0, 2.5])
+    lengths = best_lengths(CandidatesByPosition(candidates), [1, 2, 3], output, cost)
+    # Drafting all that is accepted at 0 ([4, 5]) costs 2 + 1 + 1.5; declining it and drafting
+    # [5, 6, 7] at 1 costs 1 + 2.5, and emits 5 6 7 8 in one step.
+    assert lengths == [0, 3]
+    assert modelled_speedup(lengths, 5, cost) == pytest.approx(5 / 3.5)
+    # A curve with a dip: 3 draft tokens verify cheaper than 2, so [4, 5] is padded with the rejected 9.
+    dip = np.array([1.0, 1.5, 2.5, 2.0])
+    assert best_lengths(CandidatesByPosition({0: [4, 5, 9]}), [1, 2, 3], [4, 5, 6], dip) == [3]
+    assert cheapest_length(1, 1, dip) == 1 and cheapest_length(0, 3, dip) == 0  # nothing to pad; ties: shortest
+    assert cheapest_length(2, 9, dip) == 3  # past the curve's end a batch costs its last entry
+
+
+def test_the_oracle_is_the_least_cost_and_bounds_the_policy():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        output = rng.integers(0, 3, size=int(rng.integers(1, 12))).tolist()
+        candidates = {p: (output[p : p + int(rng.integers(0, 6))] if rng.random() < 0.6 else rng.integers(0, 3, size=4).tolist())
+                      for p in range(len(output))}  # fmt: skip
+        cost = np.cumsum(np.r_[1.0, rng.uniform(-0.3, 1.0, size=6)]).clip(min=0.5)
+        lengths = best_lengths(CandidatesByPosition(candidates), [9], output, cost)
+        spent = sum(cost[min(d, len(cost) - 1)] for d in lengths)
+        assert spent == pytest.approx(brute_force_least_cost(candidates, output, cost))
+        # Any policy drafting prefixes of the same candidates spends at least as much: here, all of each.
+        policy = PolicyOfWholeCandidates(candidates)
+        _, drafted = replay(policy, [9], output)
+        assert modelled_speedup(drafted, len(output), cost) <= len(output) / spent + 1e-9
+
+
+class PolicyOfWholeCandidates(CandidatesByPosition):
+    def propose(self):
+        candidate = self.candidate()
+        return candidate.draft(len(candidate.tokens))
 
 
 def test_recorded_drafts_are_scored_against_the_output():

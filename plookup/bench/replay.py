@@ -38,34 +38,79 @@ def score_drafts(drafts: Sequence[tuple[int, Sequence[int]]], output: Sequence[i
     return stats
 
 
-def replay(drafter, prompt: Sequence[int], output: Sequence[int], oracle_length: bool = False) -> tuple[SpecStats, list[int]]:
+def replay(drafter, prompt: Sequence[int], output: Sequence[int]) -> tuple[SpecStats, list[int]]:
     """Run `drafter` against the recorded greedy `output` of `prompt` as the decoder would.
 
-    With ``oracle_length`` each step drafts exactly the part of the drafter's candidate
-    (``drafter.candidate()``) that the model accepts, as if the draft-length policy knew the
-    outcome: the bound any length policy can reach with these candidates.
+    A two-branch draft is verified as the decoder does: the fork when the output parts from the
+    draft where the fork does, each step costed as one batch of the pending token, the draft and
+    the fork's tokens.
 
-    Returns the stats and the draft length of every step, for costing the steps afterwards.
+    Returns the stats and the tokens each step drafted (both branches), for costing the steps afterwards.
     """
     stats = SpecStats()
     draft_lengths = []
     drafter.sync(np.asarray(prompt, dtype=np.int32))
     pos = 0
     while pos < len(output):
-        if oracle_length:
-            candidate = drafter.candidate()
-            draft = candidate.draft(accepted_length(candidate.tokens.tolist(), output[pos:]))
-        else:
-            draft = drafter.propose()
-        accepted = accepted_length(draft.tokens.tolist(), output[pos:])
-        stats.record_step(len(draft), accepted)
-        drafter.observe(draft, accepted)
-        draft_lengths.append(len(draft))
+        draft = drafter.propose()
+        path, accepted = draft, accepted_length(draft.tokens.tolist(), output[pos:])
+        if draft.branch is not None and accepted == draft.branch.at:  # the output may part where the fork does
+            path = draft.fork()
+            accepted = accepted_length(path.tokens.tolist(), output[pos:])
+        stats.record_step(len(path), accepted)
+        drafter.observe(path, accepted)
+        # The step verifies the pending token, the draft and its fork's own tokens in one batch.
+        draft_lengths.append(len(draft) + (len(draft.branch.tokens) if draft.branch is not None else 0))
         emitted = output[pos : pos + accepted + 1]  # the accepted tokens and the model's own next one
         drafter.extend(emitted)
         stats.generated += len(emitted)
         pos += len(emitted)
     return stats, draft_lengths
+
+
+def best_lengths(drafter, prompt: Sequence[int], output: Sequence[int], cost: np.ndarray) -> list[int]:
+    """The draft lengths of the cheapest way to produce `output` with `drafter`'s candidates, chosen
+    by an oracle that knows what the model accepts: the bound any draft-length policy can reach.
+
+    At position p the candidate (unsized, as the policy sees it) has L(p) tokens, of which the model
+    accepts a(p). A step there may draft any d <= a(p) accepted tokens and emit d + 1; it may pad the
+    draft with rejected candidate tokens where a longer batch is cheaper (a measured curve need not
+    rise everywhere, and the policy meets the same curve), so it costs c_p(d) = min over
+    d <= d' <= L(p) of cost[d']. The least total cost from p on is a shortest path,
+        f(p) = min over 0 <= d <= a(p) of c_p(d) + f(p + d + 1),   f(n) = 0,
+    over candidates that depend on the text before p only. The policy drafts a prefix of the same
+    candidate each step, so its cost is never below f(0) (a second branch aside).
+    """
+    n = len(output)
+    accepted, available = [], []
+    drafter.sync(np.asarray(prompt, dtype=np.int32))
+    for pos in range(n):
+        candidate = drafter.candidate()
+        accepted.append(accepted_length(candidate.tokens.tolist(), output[pos:]))
+        available.append(len(candidate.tokens))
+        drafter.extend(output[pos : pos + 1])
+    last = len(cost) - 1
+    least = [0.0] * (n + 1)
+    step = [(0, 0)] * n  # step[p]: (tokens the cheapest step at p verifies, where the next one starts)
+    for pos in range(n - 1, -1, -1):
+        options = []
+        for d in range(accepted[pos] + 1):
+            padded, after = cheapest_length(d, available[pos], cost), min(n, pos + d + 1)
+            options.append((float(cost[min(padded, last)]) + least[after], padded, after))
+        total, padded, after = min(options)
+        least[pos], step[pos] = total, (padded, after)
+    lengths, pos = [], 0
+    while pos < n:
+        padded, pos = step[pos]
+        lengths.append(padded)
+    return lengths
+
+
+def cheapest_length(accepted: int, available: int, cost: np.ndarray) -> int:
+    """The draft length in [accepted, available] whose verify batch costs least (the shortest of ties);
+    lengths past the curve's end cost its last entry."""
+    last = len(cost) - 1
+    return min(range(accepted, max(accepted, available) + 1), key=lambda d: float(cost[min(d, last)]))
 
 
 def modelled_speedup(draft_lengths: Sequence[int], generated: int, cost: np.ndarray) -> float:
@@ -79,12 +124,12 @@ def replay_speedups(make_drafter, prompt, output, cost: np.ndarray) -> tuple[Spe
     """Replay a fresh ``make_drafter()`` on one recorded output, costed with the verify-cost curve.
 
     Returns the replay's stats, its modelled speedup over plain decoding, and the speedup of the
-    same drafts sized by an oracle (``oracle_length``): how far the draft-length policy is from
+    same drafter's candidates sized by an oracle (:func:`best_lengths`): how far the draft-length policy is from
     the best it could do with these drafts, beside the always-right ceiling of
     :func:`plookup.costs.oracle_speedup`.
     """
     stats, lengths = replay(make_drafter(), prompt, output)
-    _, oracle_lengths = replay(make_drafter(), prompt, output, oracle_length=True)
+    oracle_lengths = best_lengths(make_drafter(), prompt, output, cost)
     return (
         stats,
         modelled_speedup(lengths, stats.generated, cost),
