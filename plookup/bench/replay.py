@@ -89,14 +89,13 @@ def best_lengths(drafter, prompt: Sequence[int], output: Sequence[int], cost: np
         accepted.append(accepted_length(candidate.tokens.tolist(), output[pos:]))
         available.append(len(candidate.tokens))
         drafter.extend(output[pos : pos + 1])
-    last = len(cost) - 1
     least = [0.0] * (n + 1)
     step = [(0, 0)] * n  # step[p]: (tokens the cheapest step at p verifies, where the next one starts)
     for pos in range(n - 1, -1, -1):
         options = []
         for d in range(accepted[pos] + 1):
             padded, after = cheapest_length(d, available[pos], cost), min(n, pos + d + 1)
-            options.append((float(cost[min(padded, last)]) + least[after], padded, after))
+            options.append((step_cost(padded, cost) + least[after], padded, after))
         total, padded, after = min(options)
         least[pos], step[pos] = total, (padded, after)
     lengths, pos = [], 0
@@ -107,16 +106,19 @@ def best_lengths(drafter, prompt: Sequence[int], output: Sequence[int], cost: np
 
 
 def cheapest_length(accepted: int, available: int, cost: np.ndarray) -> int:
-    """The draft length in [accepted, available] whose verify batch costs least (the shortest of ties);
-    lengths past the curve's end cost its last entry."""
-    last = len(cost) - 1
-    return min(range(accepted, max(accepted, available) + 1), key=lambda d: float(cost[min(d, last)]))
+    """The draft length in [accepted, available] whose verify batch costs least (the shortest of ties)."""
+    return min(range(accepted, max(accepted, available) + 1), key=lambda d: step_cost(d, cost))
+
+
+def step_cost(drafted: int, cost: np.ndarray) -> float:
+    """A verify step of `drafted` draft tokens (a batch of drafted + 1), in single-token decodes;
+    past the curve's end, its last entry."""
+    return float(cost[min(drafted, len(cost) - 1)])
 
 
 def modelled_speedup(draft_lengths: Sequence[int], generated: int, cost: np.ndarray) -> float:
     """Tokens per single-token decode if each step of d draft tokens costs cost[d] (a batch of d + 1)."""
-    last = len(cost) - 1
-    spent = sum(float(cost[min(d, last)]) for d in draft_lengths)
+    spent = sum(step_cost(d, cost) for d in draft_lengths)
     return generated / spent if spent else 0.0
 
 
