@@ -34,10 +34,15 @@ class Progress:
         self.stream.flush()
 
 
+def copy_heavy(kinds: dict[str, str]) -> list[str]:
+    """The workloads whose output repeats the input: copy and whole-file edits."""
+    return [w for w, k in kinds.items() if k != "free"]
+
+
 def print_results(summary, kinds, cost, oracle, overview, pairs, bounds, drafter_us) -> None:
     """Every table of a bench run, in reading order. ``oracle``: (best n, ceiling)."""
     best_n, ceiling = oracle
-    copy = [w for w, k in kinds.items() if k != "free"]  # copy and whole-file edits
+    copy = copy_heavy(kinds)
     print(workload_table(summary, kinds))
     print(f"\nverify cost of n tokens / 1 token: {' '.join(f'{c:.2f}' for c in cost)}")
     print(f"oracle ceiling: {ceiling:.2f}x plain decoding (always-right drafter verifying {best_n} tokens a step)\n")
@@ -146,7 +151,7 @@ def plot(path: str, summary: dict, kinds: dict[str, str], oracle: float) -> None
     bars.set_title("Decode speedup over plain llama.cpp decoding (greedy)")
     bars.legend(fontsize=8)
 
-    copy = [w for w, k in kinds.items() if k != "free"]  # copy and whole-file edits
+    copy = copy_heavy(kinds)
     for system in systems:
         curve = pooled_acceptance(summary[system], copy)[:PLOTTED_POSITIONS]
         if curve:

@@ -26,6 +26,8 @@ from .replay import score_drafts
 IN_PROCESS_SYSTEMS = ("plain", "pld", "plookup-suffix", "plookup-ngram")
 # The suffix drafter with a cross-request memory read from a file (`plookup bench --memory PATH`).
 MEMORY_SYSTEM = "plookup-memory"
+# plookup's systems and the drafter each runs.
+PLOOKUP_DRAFTERS = {"plookup-suffix": "suffix", "plookup-ngram": "ngram", MEMORY_SYSTEM: "suffix"}
 # llama_cpp's prompt-lookup drafter proposes this many tokens (its own default).
 PLD_DRAFT_TOKENS = 10
 WARM_UP_PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
@@ -118,6 +120,14 @@ class FrozenMemory(GlobalMemory):
         pass
 
 
+def frozen_memory(path: str | None, model_path: str) -> FrozenMemory:
+    from ..options import model_vocabulary
+
+    if path is None:
+        raise ValueError(f"{MEMORY_SYSTEM} drafts from a memory file: give it with --memory PATH")
+    return FrozenMemory.load(path, model_vocabulary(model_path))
+
+
 def build_local(
     name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0, memory_path: str | None = None,
 ) -> LocalSystem:
@@ -127,20 +137,12 @@ def build_local(
         drafter = RecordingDrafter(LlamaPromptLookupDecoding(num_pred_tokens=PLD_DRAFT_TOKENS))
         # llama_cpp's speculative path reads every position's logits from its scores array.
         return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **model_kwargs), temperature)
-    if name == MEMORY_SYSTEM:
-        from ..decoder import Llama
-        from ..drafters import make_drafter
-        from ..options import model_vocabulary
-
-        if memory_path is None:
-            raise ValueError(f"{MEMORY_SYSTEM} drafts from a memory file: give it with --memory PATH")
-        memory = FrozenMemory.load(memory_path, model_vocabulary(model_kwargs["model_path"]))
-        return LocalSystem(name, Llama(drafter=make_drafter("suffix", max_draft, memory), **model_kwargs), temperature)
-    if name in IN_PROCESS_SYSTEMS and name.startswith("plookup-"):
+    if name in PLOOKUP_DRAFTERS:
         from ..decoder import Llama
         from ..drafters import make_drafter
 
-        drafter = make_drafter(name.removeprefix("plookup-"), max_draft)
+        memory = frozen_memory(memory_path, model_kwargs["model_path"]) if name == MEMORY_SYSTEM else None
+        drafter = make_drafter(PLOOKUP_DRAFTERS[name], max_draft, memory)
         return LocalSystem(name, Llama(drafter=drafter, **model_kwargs), temperature)
     raise ValueError(f"unknown system {name!r}; known: {', '.join((*IN_PROCESS_SYSTEMS, MEMORY_SYSTEM))}")
 
