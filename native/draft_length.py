@@ -7,6 +7,8 @@ returns the n maximising expected / cost(n + 1), 0 when none beats a plain step.
 `best_two_branches` weighs verifying a second continuation beside the first in the same batch:
 the branches share the draft up to the branch point k and are exclusive there (the target's token
 at k is at most one of them), so their expected tokens add while the batch grows by both.
+
+`size_batch_drafts` sizes the drafts of several sequences verified in one batch together.
 """
 
 import numpy as np
@@ -37,24 +39,69 @@ def best_draft_length(match_length, agree, hits, trials, cost, min_prefix_probab
     return _best_single(match_length, agree, hits, trials, cost, min_prefix_probability)[0]
 
 
+@njit(cache=True)
+def prefix_probabilities(match_length, agree, hits, trials, min_prefix_probability):
+    """p[k] = P(draft tokens 0..k all accepted) = prod_{j<=k} q_j, up to and including the first
+    k where it drops below min_prefix_probability (no longer draft can pay)."""
+    p = np.zeros(agree.size)
+    p_all = 1.0
+    for k in range(agree.size):
+        b = length_bucket(match_length + k, hits.size)
+        p_all *= agree[k] * hits[b] / trials[b]
+        p[k] = p_all
+        if p_all < min_prefix_probability:
+            return p[: k + 1]
+    return p
+
+
 @njit(cache=True, inline="always")
 def _best_single(match_length, agree, hits, trials, cost, min_prefix_probability):
     """(n, expected tokens per cost) of the best single-branch draft; (0, 1.0) for none."""
     best_n = 0
     best_rate = 1.0  # a plain step: one token for one decode
-    p_all = 1.0
     expected = 1.0  # the target's own token always comes out of a verify step
-    for k in range(agree.size):
-        b = length_bucket(match_length + k, hits.size)
-        p_all *= agree[k] * hits[b] / trials[b]
-        expected += p_all
+    p = prefix_probabilities(match_length, agree, hits, trials, min_prefix_probability)
+    for k in range(p.size):
+        expected += p[k]
         rate = expected / batch_cost(k + 2, cost)
         if rate > best_rate:
             best_n = k + 1
             best_rate = rate
-        if p_all < min_prefix_probability:
-            break
     return best_n, best_rate
+
+
+@njit(cache=True)
+def size_batch_drafts(probs, counts, cost, max_rows):
+    """Draft lengths for m slots verified in one batch (one pending row each, then their drafts).
+
+    probs[i, k]: slot i's chance that its draft tokens 0..k are all accepted (non-increasing in k),
+    valid for k < counts[i]. A step of r rows costs cost(r) and emits, in expectation,
+    m + sum of the probabilities of the draft tokens it verifies. Greedy on marginal gain: the
+    next row goes to the slot whose next token is likeliest accepted; the answer is the prefix of
+    that order with the best expected tokens per cost, none when no prefix beats drafting nothing
+    (m tokens for cost(m)). With one slot that is :func:`best_draft_length`'s choice.
+    """
+    m = counts.size
+    taken = np.zeros(m, dtype=np.int64)
+    best = np.zeros(m, dtype=np.int64)
+    rows = m
+    expected = float(m)
+    best_rate = expected / batch_cost(rows, cost)
+    while rows < max_rows:
+        pick, p_pick = -1, -1.0
+        for i in range(m):
+            if taken[i] < counts[i] and probs[i, taken[i]] > p_pick:
+                pick, p_pick = i, probs[i, taken[i]]
+        if pick < 0:
+            break
+        taken[pick] += 1
+        rows += 1
+        expected += p_pick
+        rate = expected / batch_cost(rows, cost)
+        if rate > best_rate:
+            best_rate = rate
+            best[:] = taken
+    return best
 
 
 @njit(cache=True, inline="always")

@@ -18,6 +18,7 @@ import json
 import os
 import time
 import warnings
+from typing import Optional
 
 import llama_cpp
 import numpy as np
@@ -28,6 +29,10 @@ from .policy import validate_cost_curve
 
 DEFAULT_MAX_N = 16
 DEFAULT_REPEATS = 7
+# Beyond a single stream's batches (1 + max_draft rows), where several slots verify together,
+# sizes are timed this far apart and the curve between them interpolated linearly.
+DENSE_N = 17
+SPARSE_STEP = 8
 # Decodes are timed behind a context of this many tokens: a verify step never runs on an empty
 # cache, and attention over a few hundred cached tokens is part of what it costs.
 CONTEXT_TOKENS = 256
@@ -58,6 +63,7 @@ def measure_cost_curve(
 ) -> np.ndarray:
     """cost[n - 1] = median time of an n-token decode / median time of a 1-token decode, n = 1..max_n.
 
+    Every n up to DENSE_N is timed; above it every SPARSE_STEP-th n and max_n, linear in between.
     Shorter when n_batch or n_ctx is below max_n. Leaves `llm` reset (its cache no longer matches
     any prompt).
     """
@@ -72,19 +78,20 @@ def measure_cost_curve(
     llm.reset()
     llm.eval(context[:n_context])
     n_past = llm.n_tokens
-    samples: list[list[float]] = [[] for _ in range(max_n)]
+    sizes = sorted({*range(1, min(max_n, DENSE_N) + 1), *range(DENSE_N + SPARSE_STEP, max_n, SPARSE_STEP), max_n})
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
     # Sizes interleaved within each round, so drift in machine load is shared by all of them;
     # verify steps change size from step to step as they do here, one-token decodes come in runs.
     _decode_seconds(llm, context[:max_n], n_past)  # warm-up: first use of the largest graph
     for _ in range(repeats):
         run = [_decode_seconds(llm, context[:1], n_past) for _ in range(SINGLE_RUN)]
-        samples[0] += run[1:]
-        for n in range(2, max_n + 1):
-            samples[n - 1].append(_decode_seconds(llm, context[:n], n_past))
+        samples[1] += run[1:]
+        for n in sizes[1:]:
+            samples[n].append(_decode_seconds(llm, context[:n], n_past))
     llm.reset()
     llm._requires_eval = True
-    medians = np.array([np.median(s) for s in samples])
-    return medians / medians[0]
+    medians = np.array([np.median(samples[n]) for n in sizes])
+    return np.interp(np.arange(1, max_n + 1), sizes, medians) / medians[0]
 
 
 def oracle_speedup(cost: np.ndarray) -> tuple[int, float]:
@@ -95,7 +102,7 @@ def oracle_speedup(cost: np.ndarray) -> tuple[int, float]:
     return best + 1, float(rates[best])
 
 
-def curve_key(llm: llama_cpp.Llama) -> str:
+def curve_key(llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N) -> str:
     stat = os.stat(llm.model_path)
     params = llm.context_params
     settings = [
@@ -104,18 +111,22 @@ def curve_key(llm: llama_cpp.Llama) -> str:
         int(params.flash_attn_type), params.type_k, params.type_v, llm.model_params.n_gpu_layers,
         llama_cpp.llama_print_system_info().decode(),
     ]  # fmt: skip
+    if max_n != DEFAULT_MAX_N:  # (the key of a single stream's curve is as it always was)
+        settings.append(max_n)
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
 
-def cached_cost_curve(llm: llama_cpp.Llama) -> np.ndarray:
-    """The curve for `llm`, from the cache or measured now (which resets `llm`'s context)."""
-    path = cache_dir() / "cost-curves" / f"{curve_key(llm)}.json"
+def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.ndarray:
+    """The curve for `llm` up to max_n rows (default DEFAULT_MAX_N), from the cache or measured
+    now (which resets `llm`'s context)."""
+    max_n = max_n or DEFAULT_MAX_N
+    path = cache_dir() / "cost-curves" / f"{curve_key(llm, max_n)}.json"
     try:
         return validate_cost_curve(json.loads(path.read_text())["cost"])
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError) as e:
         warnings.warn(f"plookup: ignoring the unreadable cost curve {path} ({e}); measuring it again")
-    cost = measure_cost_curve(llm)
+    cost = measure_cost_curve(llm, max_n)
     write_text_atomically(path, json.dumps({"model": llm.model_path, "cost": cost.tolist()}))
     return cost

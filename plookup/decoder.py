@@ -1,12 +1,14 @@
 """`plookup.Llama`: llama_cpp.Llama whose token generator decodes speculatively.
 
-One step: the drafter proposes a :class:`~plookup.draft.Draft`; one ``llama_decode`` of
-[pending token + draft] (and the draft's branch on sequence 1) with logits at every row;
-:func:`plookup.verify.accept` walks the rows and says which tokens come out; this module keeps the
-KV cache and ``input_ids`` in step with them. Rejected draft tokens leave the cache
-(``llama_memory_seq_rm``), so after every step the cache holds exactly ``input_ids[:n_tokens]``:
-the prompt and every emitted token except the newest, which is "pending" and decoded at the head
-of the next step. With a branch, the path taken ends up on sequence 0 and sequence 1 is emptied.
+``generate`` hands its prompt to the model's :class:`~plookup.engine.Engine`, which puts it on a
+slot (a sequence of the context) and steps: the drafter proposes a :class:`~plookup.draft.Draft`;
+one ``llama_decode`` of [pending token + draft] (and the draft's branch on the slot's second
+sequence) for every slot at once, with logits at every row; :func:`plookup.verify.accept` walks each
+slot's rows and says which tokens come out; rejected draft tokens leave that slot's sequence, so
+after every step a slot's cache holds exactly its tokens: the prompt and every emitted token
+except the newest, which is "pending" and decoded at the head of the next step. One slot
+(``parallel=1``, the default) is a single stream; ``parallel=N`` serves N generations from N
+threads in the same steps (:meth:`Llama.create_completions` runs a list of prompts that way).
 
 Each ``create_completion`` / ``create_chat_completion`` / ``generate`` call owns a :class:`Call`
 (its :class:`~plookup.stats.SpecStats` and its prediction's tokens). llama_cpp's completion code and
@@ -20,8 +22,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterator, Optional, Sequence
@@ -30,14 +32,13 @@ import llama_cpp
 import llama_cpp._internals as internals
 import numpy as np
 
-from .batch import fill, verify_rows
 from .costs import cached_cost_curve
-from .draft import MEMORY, NO_DRAFT, Draft
 from .drafters import IndexDrafter, check_max_draft, make_drafter
+from .engine import Engine
 from .exactness import TILED_ENV, cached_invariance, model_params, recommended_settings
 from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
-from .verify import Sample, Verdict, accept
+from .verify import accept
 
 GGUF_MAGIC = b"GGUF"
 COMPLETION_MAX_TOKENS = 16  # llama_cpp.Llama.create_completion's default max_tokens
@@ -67,6 +68,9 @@ class Call:
     # The most tokens the caller will take (create_completion's max_tokens): drafts never reach
     # past it, since a verified token nobody takes is a wasted row of the batch.
     max_tokens: Optional[int] = None
+    # The sampler's seed, set by llama_cpp's completion code for this call (the model's own seed
+    # is shared by every call running at once).
+    seed: Optional[int] = None
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()
@@ -133,6 +137,10 @@ class Llama(llama_cpp.Llama):
     ``usage["speculative"]["exact"]`` repeats it. None skips both (``.exact`` is None).
     ``use_extra_bufts``: llama.cpp's weight repacking (llama_model_params; default on, unless the
     doctor's settings say off).
+    ``parallel``: how many generations decode at once, each on a slot of its own, from as many
+    threads (default 1). Every slot has the whole ``n_ctx`` window: the context holds
+    ``parallel * n_ctx`` cells, shared by the slots (one unified cache). A call that shared a step
+    or the cache with another slot is not claimed exact (``usage["speculative"]["exact"]``).
     Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
     forces ``logits_all=True``, which this decoder does not need. A model whose memory cannot drop
     a suffix (recurrent, hybrid) decodes plainly, with a warning.
@@ -153,12 +161,15 @@ class Llama(llama_cpp.Llama):
         cost_curve="auto",
         exactness="auto",
         use_extra_bufts: Optional[bool] = None,
+        parallel: int = 1,
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
         self._stack = contextlib.ExitStack()
         if max_draft is not None:
             check_max_draft(max_draft)
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise ValueError(f"parallel must be an integer >= 1, got {parallel!r}")
         if exactness not in ("auto", None):
             raise ValueError(f'exactness must be "auto" or None, got {exactness!r}')
         if kwargs.get("draft_model") is not None:
@@ -182,12 +193,19 @@ class Llama(llama_cpp.Llama):
         # llama.cpp may round n_ctx up, but input_ids holds the requested n_ctx: create_completion
         # sizes max_tokens <= 0 by _n_ctx, and a generation it did not cap would lose its text.
         self._n_ctx = min(self._n_ctx, len(self.input_ids))
-        self._recreate_context_with_two_sequences()
+        # Recurrent and hybrid memories cannot drop a suffix, so rejected draft tokens would stay.
+        self.can_roll_back = not (self._is_recurrent or self._is_hybrid)
+        if parallel > 1 and not self.can_roll_back:
+            raise ValueError(f"parallel={parallel}: {model_path} keeps a recurrent state, which plookup "
+                             f"decodes plainly, one generation at a time; use parallel=1")  # fmt: skip
+        if parallel > self.n_batch:
+            raise ValueError(f"parallel={parallel} needs n_batch >= {parallel} (one row per slot a step)")
+        self.parallel = parallel
+        self._recreate_context(parallel)
+        self._engine = Engine(self, parallel)
         self.drafter = drafter if drafter is not None else make_drafter()
         if max_draft is not None:
             self.drafter.max_draft = max_draft
-        # Recurrent and hybrid memories cannot drop a suffix, so rejected draft tokens would stay.
-        self.can_roll_back = not (self._is_recurrent or self._is_hybrid)
         self.exact: Optional[bool] = None
         if not self.can_roll_back:
             warnings.warn(f"plookup: {model_path} keeps a recurrent state that cannot drop rejected "
@@ -195,7 +213,8 @@ class Llama(llama_cpp.Llama):
         else:
             self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
             if isinstance(cost_curve, str) and cost_curve == "auto":
-                cost_curve = cached_cost_curve(self)
+                # With several slots a step verifies up to parallel * (max_draft + 1) rows.
+                cost_curve = cached_cost_curve(self, parallel * (self.drafter.max_draft + 1) if parallel > 1 else None)
             if cost_curve is not None:
                 self.drafter.use_cost_curve(cost_curve)
             if exactness == "auto":
@@ -212,15 +231,31 @@ class Llama(llama_cpp.Llama):
     def max_draft(self) -> int:
         return self.drafter.max_draft
 
-    def _recreate_context_with_two_sequences(self) -> None:
-        """Two-branch verification needs a second sequence id, sharing cells with the first
-        (kv_unified: a split cache would also halve each sequence's context). llama_cpp.Llama
-        offers no such parameter, so its context is replaced by one that has them."""
+    @property
+    def _seed(self) -> int:
+        call = _current_call.get()
+        return call.seed if call is not None and call.seed is not None else self._model_seed
+
+    @_seed.setter
+    def _seed(self, seed: int) -> None:
+        # llama_cpp's completion sets the seed, then builds the call's sampler from it: the
+        # running call keeps its own, so that calls on other threads cannot change it meanwhile.
+        self._model_seed = seed
+        call = _current_call.get()
+        if call is not None:
+            call.seed = seed
+
+    def _recreate_context(self, parallel: int) -> None:
+        """Each slot decodes on a sequence of its own, and verifies a second branch on another,
+        sharing cells with the first (kv_unified: a split cache would also split each sequence's
+        window). llama_cpp.Llama offers no such parameters, so its context is replaced by one that
+        has 2 * parallel sequences and, with several slots, parallel * n_ctx cells."""
         params = self.context_params
-        if params.n_seq_max >= 2 and params.kv_unified:
+        if parallel == 1 and params.n_seq_max >= 2 and params.kv_unified:
             return  # e.g. llama_cpp's embedding mode already made one
-        params.n_seq_max = 2
+        params.n_seq_max = 2 * parallel
         params.kv_unified = True
+        params.n_ctx = parallel * self._n_ctx if parallel > 1 else params.n_ctx
         self._ctx.close()  # free the first cache before allocating the second
         self._ctx = self._stack.enter_context(
             contextlib.closing(
@@ -330,170 +365,47 @@ class Llama(llama_cpp.Llama):
                 )
         if logits_processor is not None or not self.can_roll_back:
             # A Python logits processor reads self._input_ids at every call, which during a
-            # verify step would include unverified draft tokens: decode plainly instead.
+            # verify step would include unverified draft tokens: decode plainly instead, with
+            # llama_cpp's own loop on sequence 0, the whole context to itself.
             if logits_processor is not None:
                 warnings.warn("plookup: logits_processor given, decoding without speculation")
-            for token in super().generate(
-                tokens, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                grammar=grammar, **sampling,
-            ):  # fmt: skip
-                if call.is_cancelled():
-                    return
-                stats.record_step(0, 0)
-                stats.generated += 1
-                yield token
-            return
-        yield from self._speculate(tokens, sampling, stopping_criteria, grammar, call)
-
-    # -- the speculative loop
-
-    def _speculate(self, tokens, sampling, stopping_criteria, grammar, call: Call):
-        stats, drafter = call.stats, self.drafter
-        self._mirostat_mu = ctypes.c_float(2.0 * sampling["mirostat_tau"])
-        self._sampler = sampler = self._init_sampler(grammar=grammar, **sampling)
-        sample = self._sample_function(sampler, randomly=sampling["temp"] != 0)  # llama_cpp: < 0 samples too
-        if len(tokens) >= self._n_ctx:
-            return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
-        stats.prefill_tokens = self._prefill(tokens)
-        # A prediction is history the drafter may continue a match into; this call only.
-        drafter.start([*call.prediction, *tokens])
-        kept = self.n_tokens  # cache entries that stay valid whatever happens next
-        try:
-            # The first token comes from the prompt's last row, as in plain decoding: a step that
-            # drafts nothing is then plain's single-token decode, so the text equals plain's
-            # until a verify batch rounds differently (never, where verification is exact).
-            n_past = self.n_tokens - 1  # the prompt's last token plays the pending token's part
-            stop = None if stopping_criteria is None else self._stop_function(stopping_criteria, n_past)
-            verdict = self.acceptance([], lambda _: sample(-1), stop and (lambda prefix, _: stop(prefix, -1)))
-            draft = path = NO_DRAFT  # what was verified, and the path taken through it
-            while True:
-                stats.record_step(len(path), verdict.accepted)
-                if draft.branch is not None:
-                    stats.branch_steps += 1
-                    stats.alternative_taken += verdict.branch_taken
-                if path.source == MEMORY:
-                    stats.accepted_from_memory += verdict.accepted
-                drafter.observe(path, verdict.accepted)
-                drafter.observe_sampling(verdict.samples, verdict.most_likely)
-                for i, token in enumerate(verdict.tokens):
-                    # The caller may stop at any token; keep only what it has seen decoded.
-                    kept = n_past + 1 + min(i + 1, verdict.accepted)
-                    drafter.extend((token,))
+            with self._engine.exclusive():
+                for token in super().generate(
+                    tokens, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+                    grammar=grammar, **sampling,
+                ):  # fmt: skip
+                    if call.is_cancelled():
+                        return
+                    stats.record_step(0, 0)
                     stats.generated += 1
                     yield token
-                if verdict.stopped or call.is_cancelled():
-                    return
-                pending, n_past = verdict.tokens[-1], self.n_tokens
-                # Draft tokens that fit behind `pending` so that prompt + output stays <= n_ctx,
-                # as llama_cpp caps it (the token sampled last is never evaluated).
-                room = self._n_ctx - n_past - 2
-                if room < 0:
-                    return  # context full: the caller reports finish_reason "length"
-                limit = min(room, self.n_batch - 1)
-                if call.max_tokens is not None:  # a step emits accepted + 1 tokens
-                    limit = min(limit, call.max_tokens - stats.generated - 1)
-                t0 = time.perf_counter()
-                draft = drafter.propose(limit) if self.can_roll_back else NO_DRAFT
-                stats.draft_seconds += time.perf_counter() - t0
-                verdict, path = self._step(pending, draft, n_past, sample, stopping_criteria)
-        finally:
-            self._truncate(kept)
-            self._requires_eval = True  # the context's logits belong to a verify batch
-            drafter.finish()  # e.g. remember this request in a cross-request memory
+            return
+        sampler = self._init_sampler(grammar=grammar, **sampling)
+        if len(tokens) >= self._n_ctx:
+            return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
+        randomly = sampling["temp"] != 0  # llama_cpp: < 0 samples too
+        generation = self._engine.admit(tokens, call, sampler, randomly, stopping_criteria)
+        yield from self._engine.tokens(generation)
 
-    def _step(self, pending: int, draft: Draft, n_past: int, sample: Sample, stopping_criteria) -> tuple[Verdict, Draft]:
-        """Decode [pending + draft] (and its branch on sequence 1) at n_past, verify it, and leave
-        the cache and input_ids holding pending and the accepted part of the path taken.
+    # -- many prompts at once
 
-        Returns the verdict and the path: the draft, or its fork when the target took the branch.
-        """
-        memory, branch = self._ctx.memory, draft.branch
-        if branch is not None:
-            llama_cpp.llama_memory_seq_cp(memory, 0, 1, -1, -1)  # the branches share the whole prefix
-        rolled_back = True
-        try:
-            fill(self, verify_rows(pending, draft.tokens, branch, n_past))
-            self._ctx.decode(self._batch)
-            self.input_ids[n_past] = pending
-            stop = None if stopping_criteria is None else self._stop_function(stopping_criteria, n_past)
-            verdict = self.acceptance(draft.tokens.tolist(), sample, stop, branch)
-            path = draft
-            if verdict.branch_taken:
-                path = draft.fork()
-                fork = n_past + 1 + branch.at  # first position where the branches differ
-                rolled_back = llama_cpp.llama_memory_seq_rm(memory, 0, fork, -1)
-                llama_cpp.llama_memory_seq_cp(memory, 1, 0, fork, -1)
-        finally:
-            if branch is not None:
-                rolled_back &= llama_cpp.llama_memory_seq_rm(memory, 1, -1, -1)
-        self.input_ids[n_past : n_past + 1 + len(path)] = [pending, *path.tokens.tolist()]
-        self.n_tokens = n_past + 1 + len(path)
-        keep = n_past + 1 + verdict.accepted
-        if keep < self.n_tokens:  # drop the rejected draft tokens
-            rolled_back &= self._ctx.kv_cache_seq_rm(-1, keep, -1)
-        if not rolled_back:
-            self._evaluate_afresh(keep)
-        self.n_tokens = keep
-        return verdict, path
+    def create_completions(self, prompts: Sequence, **kwargs) -> list:
+        """``create_completion(prompt, **kwargs)`` for every prompt, ``parallel`` at a time in
+        the same steps; one result per prompt, in order. The first error is raised once the
+        others are done."""
+        return self._each(self.create_completion, [dict(kwargs, prompt=p) for p in prompts])
 
-    def _evaluate_afresh(self, n_tokens: int) -> None:
-        """The memory refused to drop rejected draft tokens (llama_memory_seq_rm failed): never go
-        on with them in it. Warn, stop drafting on this model, and rebuild the cache from the
-        verified tokens input_ids[:n_tokens]."""
-        warnings.warn("plookup: llama.cpp could not remove rejected draft tokens from the cache; "
-                      "re-evaluating the verified tokens and decoding this model plainly from now on")  # fmt: skip
-        self.can_roll_back = False
-        tokens = self.input_ids[:n_tokens].tolist()
-        self._ctx.kv_cache_clear()  # llama_memory_clear: every kind of memory can do that
-        self.n_tokens = 0
-        self.eval(tokens)
+    def create_chat_completions(self, conversations: Sequence, **kwargs) -> list:
+        """``create_chat_completion(messages=m, **kwargs)`` for every list of messages, as
+        :meth:`create_completions` does."""
+        return self._each(self.create_chat_completion, [dict(kwargs, messages=m) for m in conversations])
 
-    def _sample_function(self, sampler, randomly: bool) -> Sample:
-        """sample(row): the request's sampler chain on a batch row; at temperature > 0 also
-        whether the sample was the most likely token (which scales the policy's prior)."""
-
-        def sample(row: int):
-            token = sampler.sample(self._ctx, row)  # y ~ p(· | prefix + draft[:i]); greedy: argmax
-            if not randomly:
-                return token, None
-            return token, token == int(np.argmax(self._logits_row(row)))
-
-        return sample
-
-    def _stop_function(self, stopping_criteria, n_past: int):
-        """stop(prefix, row): llama_cpp's stopping criteria on the tokens up to the pending one,
-        then the verified `prefix` of the path, and the row's logits."""
-
-        def stop(prefix: Sequence[int], row: int) -> bool:
-            ids = np.concatenate((self.input_ids[: n_past + 1], np.asarray(prefix, dtype=self.input_ids.dtype)))
-            return bool(stopping_criteria(ids, self._logits_row(row)))
-
-        return stop
-
-    def _prefill(self, prompt: list[int]) -> int:
-        """Evaluate `prompt` with the llama_decode calls llama_cpp's plain generate makes: keep the
-        longest cached prefix, decode the rest in n_batch chunks; when the whole prompt is cached,
-        decode its last token again, since its logits are gone. Returns the tokens evaluated."""
-        cached = 0
-        for a, b in zip(self.input_ids[: self.n_tokens].tolist(), prompt):
-            if a != b:
-                break
-            cached += 1
-        reuse = cached - 1 if cached == len(prompt) else cached
-        if reuse > 0 and self._ctx.kv_cache_seq_rm(-1, reuse, -1):
-            self.n_tokens = reuse
-        else:  # nothing to reuse, or a memory that cannot drop a suffix (llama_cpp does the same)
-            self.reset()
-        start = self.n_tokens
-        self.eval(prompt[start:])
-        return len(prompt) - start
+    def _each(self, create, arguments: list[dict]) -> list:
+        if any(a.get("stream") for a in arguments):
+            raise ValueError("create_completions returns whole results: stream=True is not taken")
+        with ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="plookup-slot") as pool:
+            futures = [pool.submit(create, **a) for a in arguments]
+        return [future.result() for future in futures]
 
     def _logits_row(self, i: int) -> np.ndarray:
         return np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(self._n_vocab,))
-
-    def _truncate(self, n_tokens: int) -> None:
-        # Unconditional: after a failed decode the cache may hold entries beyond n_tokens.
-        if not self._ctx.kv_cache_seq_rm(-1, n_tokens, -1):
-            self._ctx.kv_cache_clear()  # it holds more than input_ids says: start afresh next time
-            self.n_tokens = 0
-        self.n_tokens = min(self.n_tokens, n_tokens)

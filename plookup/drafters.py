@@ -9,13 +9,16 @@ Both drafters answer the same calls, so the decoder never knows which one it dri
 - ``propose(limit)``: a :class:`~plookup.draft.Draft` of at most ``min(max_draft, limit)`` tokens,
   empty when no match is worth verifying; it may carry a second branch
   (:meth:`DraftPolicy.choose_branches`) to verify beside it in the same batch;
+- ``offer(limit)``: the candidate and its :meth:`DraftPolicy.prefix_probabilities`, for a batch
+  of several sequences whose drafts are sized together (:func:`plookup.policy.size_batch`);
 - ``observe(draft, accepted)``: the verdict on a proposal (the draft as verified: its
   :meth:`~plookup.draft.Draft.fork` when the target took the branch), which calibrates the policy;
 - ``observe_sampling(samples, most_likely)``: at temperature > 0, how many sampled tokens were the
   model's most likely one (see :class:`plookup.policy.DraftPolicy`);
 - ``finish()``: the generation is over (a :class:`SuffixDrafter` with a memory remembers it).
 
-:func:`make_drafter` builds one by name; ``use_cost_curve`` gives it this machine's verify costs.
+:func:`make_drafter` builds one by name; ``use_cost_curve`` gives it this machine's verify costs;
+``spawn()`` a fresh one of the same kind and settings (another sequence of the same model).
 
 Each is also a ``llama_cpp.llama_speculative.LlamaDraftModel`` (``drafter(input_ids) -> tokens``) for
 ``llama_cpp.Llama(draft_model=...)``, keeping its index incremental across those calls.
@@ -139,6 +142,24 @@ class IndexDrafter(LlamaDraftModel):
             return candidate.draft(n, fork)
         return candidate.draft(n)
 
+    def offer(self, limit: Optional[int] = None) -> tuple[Candidate, np.ndarray]:
+        """(candidate, p): the continuation and p[k], the chance its tokens 0..k are all accepted."""
+        max_draft = self._cap(limit)
+        if max_draft <= 0:
+            return NO_CANDIDATE, np.zeros(0)
+        candidate = self._candidate(max_draft)
+        return candidate, self.policy.prefix_probabilities(candidate.match_length, candidate.agree)
+
+    def spawn(self) -> "IndexDrafter":
+        """A drafter of the same kind and settings over an empty history."""
+        drafter = self._fresh()
+        drafter.policy = DraftPolicy(self.policy.min_match, self.policy.cost)
+        drafter.max_draft, drafter.branches = self.max_draft, self.branches
+        return drafter
+
+    def _fresh(self) -> "IndexDrafter":
+        raise NotImplementedError
+
     def observe(self, draft: Draft, accepted: int) -> None:
         if len(draft):
             self.policy.observe(draft.match_length, len(draft), accepted)
@@ -168,6 +189,9 @@ class SuffixDrafter(IndexDrafter):
     def reset(self) -> None:
         super().reset()
         self._fed = 0
+
+    def _fresh(self) -> "SuffixDrafter":
+        return SuffixDrafter(self.policy.min_match, self.memory)  # the memory is shared
 
     def warm_up(self) -> None:
         super().warm_up()
@@ -222,6 +246,9 @@ class NgramDrafter(IndexDrafter):
 
     def __init__(self, n_min: int = 2, n_max: int = 8, max_draft: int = DEFAULT_MAX_DRAFT):
         super().__init__(NgramIndex(n_min=n_min, n_max=n_max), n_min, max_draft)
+
+    def _fresh(self) -> "NgramDrafter":
+        return NgramDrafter(self.index.n_min, self.index.n_max)
 
     def _candidate(self, max_draft: int) -> Candidate:
         n, end, _ = self.index.match()

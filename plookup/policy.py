@@ -29,7 +29,9 @@ from .native.draft_length import (
     best_draft_length,
     best_two_branches,
     length_bucket,
+    prefix_probabilities,
     record_outcome,
+    size_batch_drafts,
 )
 
 # Match lengths are bucketed; reliability is learnt per bucket. Bucket b holds lengths [2^b, 2^(b+1)).
@@ -100,6 +102,14 @@ class DraftPolicy:
         hits, trials = self.calibration()
         return best_draft_length(match_length, agree, hits, trials, self.cost, MIN_PREFIX_PROBABILITY)
 
+    def prefix_probabilities(self, match_length: int, agree: np.ndarray) -> np.ndarray:
+        """p[k]: the chance that draft tokens 0..k are all accepted, as :meth:`choose` weighs them
+        (cut after the first below MIN_PREFIX_PROBABILITY); empty below min_match."""
+        if match_length < self.min_match:
+            return np.zeros(0)
+        hits, trials = self.calibration()
+        return prefix_probabilities(match_length, agree, hits, trials, MIN_PREFIX_PROBABILITY)
+
     def choose_branches(
         self, match_length: int, agree: np.ndarray, branch_point: int, alt_agree: np.ndarray,
         max_total: int,
@@ -129,3 +139,17 @@ class DraftPolicy:
         model's most likely token (greedy decoding reports nothing: it always is)."""
         self._samples += samples
         self._samples_most_likely += most_likely
+
+
+def size_batch(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int) -> list[int]:
+    """Draft lengths for sequences verified in one batch of at most `max_rows` rows, each with
+    its pending token: ``probabilities[i]`` is sequence i's :meth:`DraftPolicy.prefix_probabilities`.
+    The lengths maximise expected tokens per cost of the whole step (see
+    :func:`plookup.native.draft_length.size_batch_drafts`): a busy batch drafts less, and a lone
+    sequence drafts what :meth:`DraftPolicy.choose` would."""
+    m = len(probabilities)
+    counts = np.array([len(p) for p in probabilities], dtype=np.int64)
+    table = np.zeros((m, max(1, int(counts.max(initial=0)))))
+    for i, p in enumerate(probabilities):
+        table[i, : len(p)] = p
+    return size_batch_drafts(table, counts, validate_cost_curve(cost), int(max_rows)).tolist()

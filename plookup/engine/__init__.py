@@ -1,0 +1,10 @@
+"""The engine of slots: one llama_context decoding one or several generations in every step.
+
+:mod:`.slot` holds a sequence's cached tokens and the generation running on it; :mod:`.engine`
+admits generations to slots, steps them all in one ``llama_decode`` and hands each its tokens.
+"""
+
+from .engine import Engine
+from .slot import Generation, Slot
+
+__all__ = ["Engine", "Generation", "Slot"]

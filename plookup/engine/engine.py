@@ -1,0 +1,421 @@
+"""The engine: one llama_context, N slots, one ``llama_decode`` per step for every generation.
+
+A step gathers, for every generation that wants tokens, its rows: a decoding generation's pending
+token and draft (:func:`plookup.batch.verify_rows`, on its own sequence), and a prefilling one's
+next chunk of prompt (logits at the chunk's last row only, as llama_cpp's ``eval`` asks). One
+decode; then :func:`plookup.verify.accept` judges each generation's rows, each one's rejected draft
+tokens leave its own sequence, and the tokens it emits wait in its ``out`` queue for its consumer.
+
+Drafts: a lone decoding generation drafts with its policy as a single stream does (a second branch
+included); several are sized together for the step's cost (:func:`plookup.policy.size_batch`): a
+busy batch drafts less, a full one nothing.
+
+Threads: each request's thread consumes its own generation (:meth:`Engine.tokens`). A consumer
+whose queue is empty takes the engine's lock and steps; that step advances every generation, so
+the others find their tokens waiting. With one slot this is a single stream's loop, on the
+caller's thread, with nothing in between.
+
+Exactness: a generation that never shared a step or the cache with another sequence is decoded
+as a lone stream is; one that did is not claimed exact (``stats.exact`` becomes False), since the
+rows of a multi-sequence batch in a unified cache round differently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import warnings
+from typing import Iterator, Optional
+
+import llama_cpp
+import numpy as np
+
+from ..batch import fill, sequence_rows, verify_rows
+from ..draft import MEMORY, NO_DRAFT, Draft
+from ..policy import size_batch
+from .slot import Generation, Slot
+
+# Tokens a generation may be stepped ahead of its consumer by the other consumers' steps: enough
+# that a consumer busy with its last tokens does not drop out of the next batch, few enough that a
+# client that has stopped reading does not make the others verify tokens nobody takes.
+AHEAD = 48
+
+
+class Engine:
+    """The slots of one ``plookup.Llama`` and the step that advances them all."""
+
+    def __init__(self, llm, n_slots: int):
+        self.llm = llm
+        size = len(llm.input_ids)
+        # Slot i decodes on sequence i and verifies a draft's second branch on sequence n_slots + i.
+        self.slots = [Slot(0, 0, n_slots, model=llm)]
+        self.slots += [Slot(i, i, n_slots + i, size=size) for i in range(1, n_slots)]
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # a slot was freed, or the engine released
+        self._stepping = False
+        self._deferred: list[Generation] = []  # released from inside a step (a finalizer)
+        self._held = False  # one caller has the whole context (see exclusive)
+        self.steps = 0  # decodes made, and their rows: what /metrics reports
+        self.rows = 0
+
+    @property
+    def memory(self):
+        return self.llm._ctx.memory
+
+    def active(self) -> int:
+        return sum(slot.generation is not None for slot in self.slots)
+
+    # -- admission and release
+
+    def admit(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
+        """Wait for a free slot, take the one whose cells share the longest prefix with `prompt`
+        (editors resend the same file every turn), and keep that prefix: the rest is prefilled
+        in the steps to come."""
+        with self._changed:
+            while True:
+                self._supersede()
+                free = [s for s in self.slots if s.generation is None]
+                if free and not self._held:
+                    break
+                self._changed.wait()
+            slot = max(free, key=lambda s: (s.shared_prefix(prompt), -s.index))
+            drafter = self.llm.drafter if slot.index == 0 else self.llm.drafter.spawn()
+            gen = Generation(slot, call, drafter, sampler, randomly, stopping_criteria, list(prompt))
+            slot.generation = gen
+            try:
+                self._keep_prefix(gen)
+                drafter.start([*call.prediction, *prompt])  # a prediction is history to draft from
+            except BaseException:
+                slot.generation = None
+                self._changed.notify_all()
+                raise
+            return gen
+
+    def _keep_prefix(self, gen: Generation) -> None:
+        slot, prompt = gen.slot, gen.prompt
+        cached = slot.shared_prefix(prompt)
+        # A whole cached prompt decodes its last token again: its logits are gone.
+        reuse = cached - 1 if cached == len(prompt) else cached
+        if not (reuse > 0 and self._seq_rm(slot.seq, reuse)):
+            reuse = 0
+            if not self._seq_rm(slot.seq, 0):
+                raise RuntimeError(f"llama.cpp could not clear sequence {slot.seq} of the cache")
+        slot.n = reuse
+        gen.call.stats.prefill_tokens = len(prompt) - reuse
+
+    def release(self, gen: Generation) -> None:
+        """The consumer is done: keep in the cache only what it has taken (the newest token is
+        never in it), forget the branch, let the drafter finish, free the slot."""
+        with self._changed:
+            if self._stepping:  # a finalizer running inside a step: release after it
+                self._deferred.append(gen)
+                return
+            slot = gen.slot
+            if slot.generation is not gen:
+                return
+            try:
+                keep = min(len(gen.prompt) + gen.taken, slot.n)
+                if not self._seq_rm(slot.seq, keep):  # unconditional: a failed decode may leave cells
+                    self._seq_rm(slot.seq, 0)
+                    keep = 0
+                slot.n = keep
+                self._seq_rm(slot.branch_seq, 0)
+                if slot.index == 0:
+                    self.llm._requires_eval = True  # the context's logits belong to a verify batch
+                gen.drafter.finish()  # e.g. remember this request in a cross-request memory
+            finally:
+                if gen.shared and gen.call.stats.exact:
+                    gen.call.stats.exact = False
+                slot.generation = None
+                self._changed.notify_all()
+
+    def _supersede(self) -> None:
+        """With one slot, a new generation takes the model from one whose consumer has not
+        closed it (a stream left half read), as llama_cpp's own generate does: waiting for it
+        could wait forever on the very thread that holds it. The old one ends with an error."""
+        gen = self.slots[0].generation
+        if len(self.slots) == 1 and gen is not None and not self._stepping:
+            gen.error = RuntimeError("a newer generation on this model (parallel=1) ended this one before it was closed")
+            gen.done = True
+            self.release(gen)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The whole context for llama_cpp's own plain decoding on sequence 0, whose cache
+        operations cover every sequence: wait until no generation runs, admit none meanwhile,
+        and empty the other slots' cells."""
+        with self._changed:
+            while self._held:
+                self._changed.wait()
+            self._held = True
+            while self.active():
+                self._supersede()
+                self._changed.wait()
+            for slot in self.slots[1:]:
+                self._seq_rm(slot.seq, 0)
+                slot.n = 0
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._held = False
+                self._changed.notify_all()
+
+    # -- consuming
+
+    def tokens(self, gen: Generation) -> Iterator[int]:
+        """The generation's tokens as its consumer takes them; stepping the engine whenever none
+        is waiting. Raises the generation's error after the tokens emitted before it."""
+        try:
+            while True:
+                if not gen.out:
+                    with self._lock:
+                        while not gen.out and not gen.done:
+                            self.step()
+                    if not gen.out:
+                        if gen.error is not None:
+                            raise gen.error
+                        return
+                token = gen.out.popleft()
+                gen.taken += 1
+                gen.call.stats.generated += 1
+                yield token
+        finally:
+            self.release(gen)
+
+    # -- the step
+
+    def step(self) -> None:
+        with self._changed:
+            self._stepping = True
+            try:
+                self._step()
+            finally:
+                self._stepping = False
+                deferred, self._deferred = self._deferred, []
+                for gen in deferred:
+                    self.release(gen)
+
+    def _wants(self, gen: Generation) -> bool:
+        if gen.done:
+            return False
+        if not gen.out:
+            return True  # its consumer is waiting (or will be): always step it
+        if len(gen.out) >= AHEAD:
+            return False
+        if gen.call.max_tokens is not None and gen.emitted >= gen.call.max_tokens:
+            return False  # its caller takes no more
+        # llama_cpp's completions end at an end-of-generation token: do not decode past one
+        # before the consumer asks for more.
+        return not llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, gen.out[-1])
+
+    def _step(self) -> None:
+        llm = self.llm
+        decoding: list[Generation] = []
+        prefilling: list[Generation] = []
+        for slot in self.slots:
+            gen = slot.generation
+            if gen is None or not self._wants(gen):
+                continue
+            if gen.call.is_cancelled():
+                gen.done = True  # e.g. the client hung up: this generation ends here
+            elif gen.prefilling:
+                prefilling.append(gen)
+            elif llm._n_ctx - slot.n - 2 < 0:
+                gen.done = True  # context full: the caller reports finish_reason "length"
+            else:
+                decoding.append(gen)
+        if not decoding and not prefilling:
+            return
+        drafts = self._drafts(decoding, reserve=len(prefilling))
+        rows: list = []
+        logits: list[bool] = []
+        parts = []  # (generation, draft, its first row)
+        for gen, draft in zip(decoding, drafts):
+            slot = gen.slot
+            slot.tokens[slot.n] = gen.pending
+            parts.append((gen, draft, len(rows)))
+            new = verify_rows(gen.pending, draft.tokens, draft.branch, slot.n, (slot.seq, slot.branch_seq))
+            rows += new
+            logits += [True] * len(new)
+            if draft.branch is not None:
+                # the branches share the whole prefix
+                llama_cpp.llama_memory_seq_cp(self.memory, slot.seq, slot.branch_seq, -1, -1)
+        chunks = []  # (generation, its first row, its prompt chunk)
+        budget = llm.n_batch - len(rows)
+        for gen in prefilling:
+            if budget <= 0:
+                break
+            slot = gen.slot
+            chunk = gen.prompt[slot.n : slot.n + budget]
+            chunks.append((gen, len(rows), chunk))
+            rows += sequence_rows(chunk, slot.n, slot.seq)
+            logits += [False] * (len(chunk) - 1) + [True]  # as llama_cpp's eval: a chunk's last row
+            budget -= len(chunk)
+        stepped = [part[0] for part in parts] + [chunk[0] for chunk in chunks]
+        others = [s for s in self.slots if s.n > 0 and s.generation not in stepped]
+        if len(stepped) > 1 or others:
+            for gen in stepped:
+                gen.shared = True
+        fill(llm, rows, logits)
+        try:
+            llm._ctx.decode(llm._batch)
+        except Exception as e:  # the whole batch failed: so did every generation in it
+            for gen in stepped:
+                self._fail(gen, e)
+            return
+        finally:
+            self.steps += 1
+            self.rows += len(rows)
+        for gen, draft, start in parts:
+            try:
+                self._judge(gen, draft, start)
+            except Exception as e:  # its sampler or stopping criteria: this generation only
+                self._fail(gen, e)
+        for gen, start, chunk in chunks:
+            slot = gen.slot
+            slot.tokens[slot.n : slot.n + len(chunk)] = chunk
+            slot.n += len(chunk)
+            if slot.n == len(gen.prompt):
+                try:
+                    self._first_token(gen, start + len(chunk) - 1)
+                except Exception as e:
+                    self._fail(gen, e)
+
+    def _drafts(self, decoding: list[Generation], reserve: int) -> list[Draft]:
+        """Each decoding generation's draft; `reserve` rows stay free for prefill chunks."""
+        llm = self.llm
+        if not decoding or not llm.can_roll_back:
+            return [NO_DRAFT] * len(decoding)
+        limits = []
+        for gen in decoding:
+            # Draft tokens that fit behind the pending token so that prompt + output stays
+            # <= n_ctx, as llama_cpp caps it (the token sampled last is never evaluated).
+            limit = min(llm._n_ctx - gen.slot.n - 2, llm.n_batch - len(decoding) - reserve)
+            if gen.call.max_tokens is not None:  # a step emits accepted + 1 tokens
+                limit = min(limit, gen.call.max_tokens - gen.emitted - 1)
+            limits.append(limit)
+        if len(decoding) == 1:
+            gen = decoding[0]
+            start = time.perf_counter()
+            draft = gen.drafter.propose(limits[0])
+            gen.call.stats.draft_seconds += time.perf_counter() - start
+            return [draft]
+        offers = []
+        for gen, limit in zip(decoding, limits):
+            start = time.perf_counter()
+            offers.append(gen.drafter.offer(limit))
+            gen.call.stats.draft_seconds += time.perf_counter() - start
+        lengths = size_batch([p for _, p in offers], llm.drafter.policy.cost, llm.n_batch - reserve)
+        return [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
+
+    def _sample(self, gen: Generation, start: int):
+        """sample(row): the generation's sampler chain on its row `row` (batch row start + row);
+        at temperature > 0 also whether the sample was the most likely token."""
+        ctx, sampler, llm = self.llm._ctx, gen.sampler, self.llm
+
+        def sample(row: int):
+            token = sampler.sample(ctx, start + row)  # y ~ p(· | prefix + draft[:row]); greedy: argmax
+            if not gen.randomly:
+                return token, None
+            return token, token == int(np.argmax(llm._logits_row(start + row)))
+
+        return sample
+
+    def _stop(self, gen: Generation, n_past: int, start: int):
+        """stop(prefix, row): llama_cpp's stopping criteria on the tokens up to position n_past,
+        then the verified `prefix`, and the row's logits."""
+        criteria, slot, llm = gen.stopping_criteria, gen.slot, self.llm
+        if criteria is None:
+            return None
+
+        def stop(prefix, row: int) -> bool:
+            ids = np.concatenate((slot.tokens[: n_past + 1], np.asarray(prefix, dtype=slot.tokens.dtype)))
+            return bool(criteria(ids, llm._logits_row(start + row)))
+
+        return stop
+
+    def _first_token(self, gen: Generation, row: int) -> None:
+        """The first token comes from the prompt's last row, as in plain decoding: a step that
+        drafts nothing is then plain's single-token decode."""
+        verdict = self.llm.acceptance([], self._sample(gen, row), self._stop(gen, gen.slot.n - 1, row))
+        self._emit(gen, NO_DRAFT, NO_DRAFT, verdict)
+
+    def _judge(self, gen: Generation, draft: Draft, start: int) -> None:
+        """Verify the generation's rows and leave its sequence holding the pending token and the
+        accepted part of the path taken (the draft, or its fork when the target took the branch)."""
+        slot, memory, branch = gen.slot, self.memory, draft.branch
+        n_past = slot.n
+        rolled_back = True
+        try:
+            verdict = self.llm.acceptance(
+                draft.tokens.tolist(), self._sample(gen, start), self._stop(gen, n_past, start), branch
+            )
+            path = draft
+            if verdict.branch_taken:
+                path = draft.fork()
+                fork = n_past + 1 + branch.at  # first position where the branches differ
+                rolled_back = llama_cpp.llama_memory_seq_rm(memory, slot.seq, fork, -1)
+                llama_cpp.llama_memory_seq_cp(memory, slot.branch_seq, slot.seq, fork, -1)
+        finally:
+            if branch is not None:
+                rolled_back &= self._seq_rm(slot.branch_seq, 0)
+        slot.tokens[n_past : n_past + 1 + len(path)] = [gen.pending, *path.tokens.tolist()]
+        keep = n_past + 1 + verdict.accepted
+        if keep < n_past + 1 + len(path):  # drop the rejected draft tokens
+            rolled_back &= self._seq_rm(slot.seq, keep)
+        if not rolled_back:
+            self._evaluate_afresh(slot, keep)
+        slot.n = keep
+        self._emit(gen, draft, path, verdict)
+
+    def _emit(self, gen: Generation, draft: Draft, path: Draft, verdict) -> None:
+        stats = gen.call.stats
+        stats.record_step(len(path), verdict.accepted)
+        if draft.branch is not None:
+            stats.branch_steps += 1
+            stats.alternative_taken += verdict.branch_taken
+        if path.source == MEMORY:
+            stats.accepted_from_memory += verdict.accepted
+        gen.drafter.observe(path, verdict.accepted)
+        gen.drafter.observe_sampling(verdict.samples, verdict.most_likely)
+        if verdict.tokens:
+            gen.drafter.extend(np.asarray(verdict.tokens, dtype=np.int32))
+            gen.pending = verdict.tokens[-1]
+            gen.emitted += len(verdict.tokens)
+            gen.out.extend(verdict.tokens)
+        if verdict.stopped:
+            gen.done = True
+
+    def _fail(self, gen: Generation, error: BaseException) -> None:
+        """End one generation with `error`; its cells go back to what it had before the step."""
+        self._seq_rm(gen.slot.seq, gen.slot.n)
+        self._seq_rm(gen.slot.branch_seq, 0)
+        gen.error, gen.done = error, True
+
+    def _evaluate_afresh(self, slot: Slot, n: int) -> None:
+        """The memory refused to drop rejected draft tokens: never go on with them in it. Warn,
+        stop drafting on this model, and rebuild the sequence from its verified tokens[:n]."""
+        warnings.warn("plookup: llama.cpp could not remove rejected draft tokens from the cache; "
+                      "re-evaluating the verified tokens and decoding this model plainly from now on")  # fmt: skip
+        self.llm.can_roll_back = False
+        tokens = slot.tokens[:n].tolist()
+        if not self._seq_rm(slot.seq, 0):
+            self.llm._ctx.kv_cache_clear()  # llama_memory_clear: every kind of memory can do that
+            for other in self.slots:
+                other.n = 0
+                if other.generation is not None and other is not slot:
+                    self._fail(other.generation, RuntimeError("the cache was cleared under this generation"))
+        slot.n = 0
+        llm = self.llm
+        for i in range(0, len(tokens), llm.n_batch):
+            chunk = tokens[i : i + llm.n_batch]
+            fill(llm, sequence_rows(chunk, i, slot.seq), [False] * (len(chunk) - 1) + [True])
+            llm._ctx.decode(llm._batch)
+            slot.tokens[i : i + len(chunk)] = chunk
+            slot.n = i + len(chunk)
+
+    def _seq_rm(self, seq: int, p0: int) -> bool:
+        """Drop sequence `seq`'s cells from position p0 on."""
+        return bool(self.llm._ctx.kv_cache_seq_rm(seq, p0, -1))

@@ -1,0 +1,276 @@
+"""The engine of slots: drafts sized for the whole batch (pure, against a plain-Python reference),
+and several generations in the same steps on a real model (each one's answer its serial answer,
+a failing one alone failing, no slot drafting from another's tokens)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import llama_cpp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import plookup
+from plookup.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
+from plookup.bench.workloads import standard_workloads
+from plookup.drafters import IndexDrafter
+from plookup.policy import CPU_COST_CURVE, DraftPolicy, size_batch
+
+from conftest import LLAMA_KWARGS
+
+FLAT = np.ones(80)
+LINEAR = np.arange(1, 81, dtype=float)  # n rows cost n single decodes: no draft can pay
+# Qwen2.5-Coder-0.5B Q8_0 here, relative to a one-token decode, at 1, 4, 8, 16, 32, 64, 68 rows.
+QWEN_ROWS = [1, 4, 8, 16, 32, 64, 68]
+QWEN_COST = np.interp(np.arange(1, 69), QWEN_ROWS, [1.0, 1.57, 2.33, 3.98, 7.44, 13.7, 14.6])
+
+
+def batch_cost(rows, cost):
+    if rows <= len(cost):
+        return cost[rows - 1]
+    return cost[-1] + (cost[-1] - 1) / max(1, len(cost) - 1) * (rows - len(cost))
+
+
+def reference_sizes(probabilities, cost, max_rows):
+    """The rule written out: every way to give each slot a prefix of its draft, scored by
+    (slots + sum of the drafted tokens' probabilities) / cost(rows); the best, ties to the fewest
+    rows. Exponential, so for small cases only. Agrees with the greedy kernel because each
+    slot's probabilities are non-increasing (a prefix of the greedy order is optimal)."""
+    m = len(probabilities)
+    best, best_rate = [0] * m, m / batch_cost(m, cost)
+    for lengths in itertools.product(*[range(len(p) + 1) for p in probabilities]):
+        rows = m + sum(lengths)
+        if rows > max_rows:
+            continue
+        rate = (m + sum(sum(p[:n]) for p, n in zip(probabilities, lengths))) / batch_cost(rows, cost)
+        if rate > best_rate + 1e-9:
+            best, best_rate = list(lengths), rate
+    return best, best_rate
+
+
+def rate_of(lengths, probabilities, cost):
+    m = len(probabilities)
+    return (m + sum(sum(p[:n]) for p, n in zip(probabilities, lengths))) / batch_cost(m + sum(lengths), cost)
+
+
+def decreasing(values):
+    return np.cumprod(values)
+
+
+def test_flat_curve_drafts_everything_linear_none():
+    sure = [decreasing(np.full(16, 0.9)) for _ in range(8)]
+    assert size_batch(sure, FLAT, 512) == [16] * 8
+    assert size_batch(sure, LINEAR, 512) == [0] * 8
+    assert size_batch([decreasing(np.full(16, 0.99))], LINEAR, 512) == [0]
+
+
+def test_a_busy_batch_drafts_less():
+    p = decreasing(np.full(16, 0.9))
+    totals = [sum(size_batch([p] * m, QWEN_COST, 512)) / m for m in (1, 2, 4, 8)]
+    assert totals == sorted(totals, reverse=True) and totals[0] > totals[-1]
+    # The row budget binds: 4 slots with room for 10 rows in all.
+    assert sum(size_batch([p] * 4, FLAT, 10)) == 6
+
+
+def test_the_likelier_slot_gets_the_rows():
+    sure, unsure = decreasing(np.full(16, 0.98)), decreasing(np.full(16, 0.3))
+    n_sure, n_unsure = size_batch([sure, unsure], QWEN_COST, 512)
+    assert n_sure > 0 and n_unsure < n_sure
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    draws=st.lists(st.lists(st.floats(0.05, 1.0), min_size=0, max_size=4), min_size=1, max_size=3),
+    curve=st.sampled_from(["flat", "cpu", "qwen", "linear"]),
+    max_rows=st.integers(1, 20),
+)
+def test_batch_sizing_matches_brute_force(draws, curve, max_rows):
+    cost = {"flat": FLAT, "cpu": CPU_COST_CURVE, "qwen": QWEN_COST, "linear": LINEAR}[curve]
+    probabilities = [decreasing(d) for d in draws]
+    max_rows = max(max_rows, len(probabilities))
+    got = size_batch(probabilities, cost, max_rows)
+    want, want_rate = reference_sizes(probabilities, cost, max_rows)
+    assert m_rows(got, probabilities) <= max_rows
+    assert rate_of(got, probabilities, cost) == pytest.approx(want_rate, rel=1e-9)
+
+
+def m_rows(lengths, probabilities):
+    return len(probabilities) + sum(lengths)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    match_length=st.integers(2, 200),
+    agree=st.lists(st.floats(0.0, 1.0), min_size=0, max_size=16),
+    outcomes=st.lists(st.tuples(st.integers(2, 64), st.integers(1, 16), st.integers(0, 16)), max_size=6),
+    curve=st.sampled_from(["cpu", "qwen", "flat"]),
+)
+def test_one_slot_chooses_what_the_single_stream_policy_chooses(match_length, agree, outcomes, curve):
+    cost = {"cpu": CPU_COST_CURVE, "qwen": QWEN_COST[:17], "flat": FLAT[:16]}[curve]
+    policy = DraftPolicy(cost=cost)
+    for length, drafted, accepted in outcomes:
+        policy.observe(length, drafted, min(accepted, drafted))
+    agree = np.array(agree)
+    p = policy.prefix_probabilities(match_length, agree)
+    assert size_batch([p], policy.cost, 512) == [policy.choose(match_length, agree)]
+
+
+def test_a_broken_sizing_rule_fails_the_reference():
+    """The control: sizing each slot as if it were alone (the single-stream policy) ignores what
+    the rest of the batch costs, and the brute-force reference tells it apart."""
+    probabilities = [decreasing(np.full(4, 0.9))] * 4
+    alone = [size_batch([p], QWEN_COST, 512)[0] for p in probabilities]
+    _, want = reference_sizes(probabilities, QWEN_COST, 512)
+    assert rate_of(alone, probabilities, QWEN_COST) < want - 1e-6
+    assert rate_of(size_batch(probabilities, QWEN_COST, 512), probabilities, QWEN_COST) == pytest.approx(want)
+
+
+# -- several generations in one batch, SmolLM2
+
+MAX_TOKENS = 48
+PROMPTS = standard_workloads(seed=0)[:14:2] + standard_workloads(seed=0)[-2:]  # 7 code edits, 2 free
+
+
+@pytest.fixture(scope="module")
+def parallel_smol(model_path):
+    return plookup.Llama(model_path["smollm2"], parallel=4, **LLAMA_KWARGS)
+
+
+@pytest.fixture(scope="module")
+def references(model_path, model_pair_smol):
+    _, plain, _ = model_pair_smol
+    prompts = [chat_prompt_tokens(plain, w.messages) for w in PROMPTS]
+    return prompts, [greedy_with_gaps(plain, p, MAX_TOKENS) for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def model_pair_smol(model_path):
+    from conftest import pair
+
+    return pair("smollm2", model_path)
+
+
+def run_concurrently(llm, prompts, generate):
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        return list(pool.map(generate, prompts))
+
+
+def greedy_tokens(llm, n):
+    def generate(prompt):
+        with llm.request() as call:
+            tokens = list(itertools.islice(llm.generate(prompt, temp=0.0), n))
+        return tokens, call.stats
+
+    return generate
+
+
+def check_against_plain(prompts, references, outputs):
+    checked = 0
+    for prompt, (reference, gaps), tokens in zip(prompts, references, outputs):
+        tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
+        tokens = tokens[: len(reference)]
+        assert tokens[:tie] == reference[:tie], f"differs at {first_divergence(reference, tokens)} before the near-tie at {tie}"
+        checked += min(tie, len(reference))
+    return checked
+
+
+def test_concurrent_greedy_answers_are_the_serial_answers(parallel_smol, references, monkeypatch):
+    llm = parallel_smol
+    prompts, refs = references
+    spawned = []
+    spawn = IndexDrafter.spawn
+    monkeypatch.setattr(IndexDrafter, "spawn", lambda self: spawned.append(spawn(self)) or spawned[-1])
+    steps = llm._engine.steps
+    outputs = run_concurrently(llm, prompts, greedy_tokens(llm, MAX_TOKENS))
+    tokens = [t for t, _ in outputs]
+    checked = check_against_plain(prompts, refs, tokens)
+    assert checked >= len(prompts) * MAX_TOKENS // 4
+    passes = sum(stats.forward_passes for _, stats in outputs)
+    # They shared steps: fewer decodes than the generations' forward passes together.
+    assert llm._engine.steps - steps < passes
+    assert sum(stats.accepted for _, stats in outputs) > 0
+    assert all(stats.exact is not True for _, stats in outputs)  # shared: not claimed exact
+    # A slot drafts from its own request only: each spawned drafter indexed one prompt and its
+    # output, nothing of another slot's.
+    assert spawned
+    for drafter in spawned:
+        history = drafter.index.tokens.tolist()
+        owners = [i for i, p in enumerate(prompts) if history[: len(p)] == p]
+        assert len(owners) == 1
+        i = owners[0]
+        own = prompts[i] + tokens[i]  # the consumer stopped at MAX_TOKENS; its last step may run past
+        n = min(len(history), len(own))
+        assert n > len(prompts[i]) and history[:n] == own[:n]
+    assert llm._engine.active() == 0
+
+
+def test_a_failing_request_leaves_its_batch_mates_unchanged(parallel_smol, references):
+    llm = parallel_smol
+    prompts, refs = references
+    prompts, refs = prompts[:4], refs[:4]
+
+    class Boom(Exception):
+        pass
+
+    calls = []
+
+    def exploding(ids, logits):
+        calls.append(len(ids))
+        if len(calls) > 5:
+            raise Boom("a stopping criterion that raises")
+        return False
+
+    def generate(i):
+        if i == 1:
+            with pytest.raises(Boom):
+                list(llm.generate(prompts[i], temp=0.0, stopping_criteria=llama_cpp.StoppingCriteriaList([exploding])))
+            return None
+        return list(itertools.islice(llm.generate(prompts[i], temp=0.0), MAX_TOKENS))
+
+    outputs = run_concurrently(llm, range(4), generate)
+    assert outputs[1] is None and len(calls) > 5
+    others = [i for i in range(4) if i != 1]
+    check_against_plain([prompts[i] for i in others], [refs[i] for i in others], [outputs[i] for i in others])
+    # The model is usable after it: a lone request answers as before.
+    assert list(itertools.islice(llm.generate(prompts[0], temp=0.0), 8)) == refs[0][0][:8]
+
+
+def test_a_follow_up_request_reuses_its_slot_and_prefills_only_what_is_new(parallel_smol, references):
+    llm = parallel_smol
+    prompts, _ = references
+    first = llm.create_completion(prompts[2], max_tokens=8, temperature=0)
+    follow_up = prompts[2] + llm.tokenize(first["choices"][0]["text"].encode(), add_bos=False) + [198]
+    second = llm.create_completion(follow_up, max_tokens=4, temperature=0)
+    prefilled = second["usage"]["speculative"]["prefill_tokens"]
+    assert 0 < prefilled <= len(follow_up) - len(prompts[2])
+
+
+def test_batches_from_python_and_a_hang_up(parallel_smol, references):
+    llm = parallel_smol
+    prompts, refs = references
+    results = llm.create_completions(prompts[:3], max_tokens=6, temperature=0)
+    assert [r["usage"]["completion_tokens"] for r in results] == [6, 6, 6]
+    with pytest.raises(ValueError, match="stream"):
+        llm.create_completions(prompts[:2], stream=True)
+    # A cancelled request ends at its next step; its batch-mate goes on to its max_tokens.
+    gone = threading.Event()
+
+    def hung_up():
+        with llm.request(cancelled=gone.is_set):
+            out = []
+            for token in llm.generate(prompts[3], temp=0.0):
+                out.append(token)
+                if len(out) == 3:
+                    gone.set()
+            return out
+
+    with ThreadPoolExecutor(2) as pool:
+        short = pool.submit(hung_up)
+        full = pool.submit(lambda: list(itertools.islice(llm.generate(prompts[4], temp=0.0), 24)))
+    assert 3 <= len(short.result()) < MAX_TOKENS
+    assert len(full.result()) == 24
+    assert llm._engine.active() == 0
