@@ -35,7 +35,14 @@ import numpy as np
 from .costs import cached_cost_curve
 from .drafters import IndexDrafter, check_max_draft, make_drafter
 from .engine import Engine
-from .exactness import TILED_ENV, cached_invariance, model_params, recommended_settings
+from .exactness import (
+    TILED_ENV,
+    cached_invariance,
+    cached_slot_invariance,
+    model_params,
+    recommended_settings,
+    slots_exact,
+)
 from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
 from .verify import accept
@@ -225,6 +232,12 @@ class Llama(llama_cpp.Llama):
                     # leaves its tokens in other cells than plain decoding would, so every later
                     # token would round differently too.
                     self.drafter.branches = False
+                    if parallel > 1 and slots_exact(cached_slot_invariance(self), "streams"):
+                        # Measured (plookup doctor, "beside a 2nd slot"): a slot's rows beside
+                        # another's are bitwise its lone decode with a KV stream per sequence,
+                        # not in one unified cache, where its cells interleave with the others'.
+                        self._recreate_context(parallel, streams=True)
+                        self._engine = Engine(self, parallel, branch_sequences=False, shared_exact=True)
         self.last_stats = SpecStats(exact=self.exact)  # a view of the latest call's stats
 
     @property
@@ -245,16 +258,23 @@ class Llama(llama_cpp.Llama):
         if call is not None:
             call.seed = seed
 
-    def _recreate_context(self, parallel: int) -> None:
+    @property
+    def kv_layout(self) -> str:
+        """"unified" (one cache the slots share, a second branch sequence per slot) or "streams"
+        (a stream per slot: chosen with several slots where that keeps them exact)."""
+        return "unified" if self.context_params.kv_unified else "streams"
+
+    def _recreate_context(self, parallel: int, streams: bool = False) -> None:
         """Each slot decodes on a sequence of its own, and verifies a second branch on another,
         sharing cells with the first (kv_unified: a split cache would also split each sequence's
         window). llama_cpp.Llama offers no such parameters, so its context is replaced by one that
-        has 2 * parallel sequences and, with several slots, parallel * n_ctx cells."""
+        has 2 * parallel sequences and, with several slots, parallel * n_ctx cells. With
+        `streams`, each of `parallel` sequences has a stream of n_ctx cells and no second branch."""
         params = self.context_params
         if parallel == 1 and params.n_seq_max >= 2 and params.kv_unified:
             return  # e.g. llama_cpp's embedding mode already made one
-        params.n_seq_max = 2 * parallel
-        params.kv_unified = True
+        params.n_seq_max = parallel if streams else 2 * parallel
+        params.kv_unified = not streams
         params.n_ctx = parallel * self._n_ctx if parallel > 1 else params.n_ctx
         self._ctx.close()  # free the first cache before allocating the second
         self._ctx = self._stack.enter_context(

@@ -27,6 +27,7 @@ from .exactness import (
     load_report,
     measure_speeds,
     probe_invariance,
+    probe_slots,
     save_report,
 )
 from .models import quantized_path, resolve_model
@@ -101,6 +102,7 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
     llm = Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=settings.flash_attn,
                 use_extra_bufts=settings.repack, cost_curve=None, exactness=None)  # fmt: skip
     invariance = probe_invariance(llm)
+    slots = probe_slots(llm)
     cost = measure_cost_curve(llm)
     best_n, ceiling = oracle_speedup(cost)
     prompt_tps, decode_tps = measure_speeds(llm)
@@ -109,6 +111,8 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
         single_rows=invariance.rows(two_branch=False), branch_rows=invariance.rows(two_branch=True),
         max_delta=max(c.max_delta for c in invariance.checks), checks=[asdict(c) for c in invariance.checks],
         cost=cost.tolist(), best_n=best_n, ceiling=ceiling, prompt_tps=prompt_tps, decode_tps=decode_tps,
+        slot_rows={layout: (sum(c.equal for c in slots if c.layout == layout), sum(c.rows for c in slots if c.layout == layout))
+                   for layout in ("unified", "streams")},
     )  # fmt: skip
 
 
@@ -137,12 +141,13 @@ def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int) ->
 
 def render(report: dict) -> str:
     types = ", ".join(f"{t} {n}" for t, n in report["tensor_types"].items())
-    header = ("setting", "exact", "single rows", "two-branch rows", "max |Δ|", "ceiling", "prompt tok/s", "decode tok/s")
+    header = ("setting", "exact", "single rows", "two-branch rows", "beside a 2nd slot: unified / streams", "max |Δ|",
+              "ceiling", "prompt tok/s", "decode tok/s")  # fmt: skip
     rows = []
     for c in report["configs"]:
         rows.append((
             Settings(**c["settings"]).label(), "yes" if c["invariant"] else "no",
-            "{}/{}".format(*c["single_rows"]), "{}/{}".format(*c["branch_rows"]), f"{c['max_delta']:.2g}",
+            "{}/{}".format(*c["single_rows"]), "{}/{}".format(*c["branch_rows"]), _slot_rows(c), f"{c['max_delta']:.2g}",
             f"{c['ceiling']:.2f}x (n={c['best_n']})", f"{c['prompt_tps']:.0f}", f"{c['decode_tps']:.1f}",
         ))  # fmt: skip
     lines = [
@@ -157,6 +162,12 @@ def render(report: dict) -> str:
         lines.append(f"  requantized to {quant}: ceiling {ceiling:.2f}x")
     lines += ["", "advice:"] + [f"- {line}" for line in report["advice"]]
     return "\n".join(lines)
+
+
+def _slot_rows(config: dict) -> str:
+    """A slot's rows in a batch beside another slot's, bitwise equal to decoding it alone."""
+    slots = config.get("slot_rows")  # (reports saved before the engine had slots lack it)
+    return " / ".join("{}/{}".format(*slots[k]) for k in ("unified", "streams")) if slots else "-"
 
 
 def note(message: str) -> None:

@@ -191,7 +191,7 @@ class SuffixDrafter(IndexDrafter):
         self._fed = 0
 
     def _fresh(self) -> "SuffixDrafter":
-        return SuffixDrafter(self.policy.min_match, self.memory)  # the memory is shared
+        return type(self)(self.policy.min_match, self.memory)  # the memory is shared
 
     def warm_up(self) -> None:
         super().warm_up()
@@ -248,7 +248,7 @@ class NgramDrafter(IndexDrafter):
         super().__init__(NgramIndex(n_min=n_min, n_max=n_max), n_min, max_draft)
 
     def _fresh(self) -> "NgramDrafter":
-        return NgramDrafter(self.index.n_min, self.index.n_max)
+        return type(self)(self.index.n_min, self.index.n_max)
 
     def _candidate(self, max_draft: int) -> Candidate:
         n, end, _ = self.index.match()

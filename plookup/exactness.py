@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator, Optional
 
 import llama_cpp
+import llama_cpp._internals as internals
 import llama_cpp.llama_cpp as llama_cpp_lib
 import numpy as np
 
@@ -46,6 +47,7 @@ TILED_ENV = "GGML_CPU_TILED_MM"
 MAX_N = 16
 CONTEXT_TOKENS = 256  # verify batches run behind a context; attention over it is part of the check
 FORK_AT = 1  # the probe's two-branch batches part after pending + one shared draft token
+LOCKSTEP = 32  # the slot probe's context tokens decoded a row of each sequence at a time
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,116 @@ def probe_invariance(llm, max_n: int = MAX_N) -> Invariance:
     llm._ctx.kv_cache_clear()
     llm._requires_eval = True
     return result
+
+
+@dataclass
+class SlotCheck:
+    """Rows of one sequence in a batch that also carries another sequence's rows, against that
+    sequence decoded alone (plain llama_cpp: one sequence in the cache, one token a decode)."""
+
+    layout: str  # "unified" (one cache the sequences share) or "streams" (a stream per sequence)
+    n: int  # the sequence's rows in the batch (pending + draft)
+    equal: int
+    rows: int
+    max_delta: float
+
+
+class _Decoder:
+    """A context of its own over `llm`'s model, and a batch: what :func:`plookup.batch.fill`
+    fills (it needs a ``_batch``)."""
+
+    def __init__(self, llm, n_seq: int, unified: bool, n_ctx: int):
+        params = llama_cpp.llama_context_default_params()
+        for name in ("n_threads", "n_threads_batch", "n_batch", "n_ubatch", "flash_attn_type", "type_k", "type_v"):
+            setattr(params, name, getattr(llm.context_params, name))
+        params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx, n_seq, unified
+        self.llm = llm
+        self._ctx = internals.LlamaContext(model=llm._model, params=params, verbose=False)
+        self._batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=n_seq, verbose=False)
+
+    def decode(self, rows, logits=None) -> None:
+        fill(self, rows, logits)
+        self._ctx.decode(self._batch)
+
+    def prefill(self, tokens, seq: int) -> None:
+        for i in range(0, len(tokens), self.llm.n_batch):
+            chunk = tokens[i : i + self.llm.n_batch]
+            self.decode(sequence_rows(chunk, i, seq), [False] * (len(chunk) - 1) + [True])
+
+    def logits(self, row: int) -> np.ndarray:
+        return np.ctypeslib.as_array(self._ctx.get_logits_ith(row), shape=(self.llm.n_vocab(),)).copy()
+
+    def close(self) -> None:
+        self._batch.close()
+        self._ctx.close()
+
+
+def probe_slots(llm, max_n: int = 8, context_tokens: int = CONTEXT_TOKENS) -> list[SlotCheck]:
+    """Is a slot's verify batch, decoded beside another slot's rows, what its sequence decoded
+    alone gives? Two sequences behind contexts of their own, the first half of each prefilled
+    alone and the last LOCKSTEP tokens decoded in lockstep (a row of each per decode, so their
+    cells interleave as running slots' do); then for n = 1..max_n, n rows of sequence 0 beside n rows of
+    sequence 1, in a unified cache and in a stream per sequence, each row against single-token
+    decodes of sequence 0 in a cache that holds it alone."""
+    rng = np.random.default_rng(2)
+    limit = min(llm.n_ctx(), len(llm.input_ids))
+    n_context = max(2, min(context_tokens, limit // 2 - max_n))
+    half = max(1, n_context - LOCKSTEP)
+    a = rng.integers(100, llm.n_vocab(), n_context + max_n).tolist()
+    b = rng.integers(100, llm.n_vocab(), n_context + max_n).tolist()
+    alone = _Decoder(llm, 1, True, 2 * (n_context + max_n))
+    try:
+        alone.prefill(a[:half], 0)
+        for i in range(half, n_context):
+            alone.decode(sequence_rows([a[i]], i, 0))
+        reference = []
+        for i, token in enumerate(a[n_context:]):
+            alone.decode(sequence_rows([token], n_context + i, 0))
+            reference.append(alone.logits(0))
+    finally:
+        alone.close()
+    checks = []
+    for layout in ("unified", "streams"):
+        # A stream per sequence splits n_ctx between them: give each room for its context.
+        pair = _Decoder(llm, 2, layout == "unified", 4 * (n_context + max_n))
+        try:
+            pair.prefill(a[:half], 0)
+            pair.prefill(b[:half], 1)
+            for i in range(half, n_context):
+                pair.decode(sequence_rows([a[i]], i, 0) + sequence_rows([b[i]], i, 1))
+            memory = pair._ctx.memory
+            # Beside as many rows of the other sequence, and beside one (uneven drafts).
+            for n, m in [(n, m) for n in range(1, max_n + 1) for m in sorted({1, n})]:
+                rows = sequence_rows(a[n_context : n_context + n], n_context, 0)
+                rows += sequence_rows(b[n_context : n_context + m], n_context, 1)
+                pair.decode(rows)
+                got = [pair.logits(r) for r in range(n)]
+                equal, delta = _compare(got, reference[:n])
+                checks.append(SlotCheck(layout, n, equal, n, delta))
+                for seq in (0, 1):
+                    llama_cpp.llama_memory_seq_rm(memory, seq, n_context, -1)
+        finally:
+            pair.close()
+    return checks
+
+
+def slots_exact(checks: list[SlotCheck], layout: str) -> bool:
+    """Every probed row of a slot beside another slot's was bitwise its lone decode, in `layout`."""
+    mine = [c for c in checks if c.layout == layout]
+    return bool(mine) and all(c.equal == c.rows for c in mine)
+
+
+def cached_slot_invariance(llm) -> list[SlotCheck]:
+    """:func:`probe_slots` for `llm`, from the cache or measured now (a few seconds), keyed as
+    :func:`cached_invariance` is."""
+    path = cache_dir() / "invariance" / f"{curve_key(llm)}-{'tiled' if tiled_from_environment() else 'untiled'}-slots.json"
+    try:
+        return [SlotCheck(**c) for c in json.loads(path.read_text())["checks"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    checks = probe_slots(llm)
+    write_text_atomically(path, json.dumps({"model": llm.model_path, "checks": [asdict(c) for c in checks]}))
+    return checks
 
 
 def settings_in_force(llm) -> Settings:

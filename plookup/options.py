@@ -55,14 +55,14 @@ def model_kwargs(args: argparse.Namespace) -> dict:
     )
 
 
-def load_llama(args: argparse.Namespace, speculative: bool = True):
-    """plookup.Llama, or llama_cpp.Llama when speculation is off."""
+def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1):
+    """plookup.Llama (with `parallel` slots), or llama_cpp.Llama when speculation is off."""
     kwargs = model_kwargs(args)
     if speculative:
         from .decoder import Llama
 
         memory = open_memory(args, kwargs["model_path"])
-        return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), **kwargs)
+        return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel, **kwargs)
     import llama_cpp
 
     return llama_cpp.Llama(**kwargs)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import plookup
-from plookup.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
+from plookup.bench.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
 from plookup.bench.workloads import standard_workloads
 from plookup.drafters import IndexDrafter
 from plookup.policy import CPU_COST_CURVE, DraftPolicy, size_batch
@@ -132,6 +132,10 @@ def test_a_broken_sizing_rule_fails_the_reference():
 # -- several generations in one batch, SmolLM2
 
 MAX_TOKENS = 48
+# Beside another slot's rows (a unified cache, the default build) the top-2 gap of SmolLM2 moved
+# by up to 0.75 logits (p95 0.51) over 144 rows of plookup.exactness.probe_slots: a wider
+# near-tie than a lone verify batch's (NEAR_TIE, 0.3).
+SHARED_NEAR_TIE = 0.8
 PROMPTS = standard_workloads(seed=0)[:14:2] + standard_workloads(seed=0)[-2:]  # 7 code edits, 2 free
 
 
@@ -171,7 +175,7 @@ def greedy_tokens(llm, n):
 def check_against_plain(prompts, references, outputs):
     checked = 0
     for prompt, (reference, gaps), tokens in zip(prompts, references, outputs):
-        tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
+        tie = first_near_tie(gaps, SHARED_NEAR_TIE)
         tokens = tokens[: len(reference)]
         assert tokens[:tie] == reference[:tie], f"differs at {first_divergence(reference, tokens)} before the near-tie at {tie}"
         checked += min(tie, len(reference))
@@ -188,7 +192,7 @@ def test_concurrent_greedy_answers_are_the_serial_answers(parallel_smol, referen
     outputs = run_concurrently(llm, prompts, greedy_tokens(llm, MAX_TOKENS))
     tokens = [t for t, _ in outputs]
     checked = check_against_plain(prompts, refs, tokens)
-    assert checked >= len(prompts) * MAX_TOKENS // 4
+    assert checked >= len(prompts) * MAX_TOKENS // 8
     passes = sum(stats.forward_passes for _, stats in outputs)
     # They shared steps: fewer decodes than the generations' forward passes together.
     assert llm._engine.steps - steps < passes
@@ -274,3 +278,42 @@ def test_batches_from_python_and_a_hang_up(parallel_smol, references):
     assert 3 <= len(short.result()) < MAX_TOKENS
     assert len(full.result()) == 24
     assert llm._engine.active() == 0
+
+
+def test_sampling_keeps_each_requests_distribution_with_four_at_once(parallel_smol, model_pair_smol):
+    """The chi-squared test of test_sampling.py, with four requests in every step: each request's
+    first tokens, sampled at temperature 1 from its own seed, against plain decoding's."""
+    from test_sampling import N_SAMPLES, N_TOKENS, PROMPT, SETTINGS, _generate_args, homogeneity_p_value, plain_counts
+
+    name, plain, _ = model_pair_smol
+    llm = parallel_smol
+    prompt = llm.tokenize(PROMPT.encode())
+    args = _generate_args(SETTINGS["temp1"])
+
+    def sample(seed):
+        with llm.request() as call:
+            call.seed = seed
+            tokens = tuple(itertools.islice(llm.generate(prompt, **args), N_TOKENS))
+        return tokens, call.stats.drafted, call.stats.forward_passes
+
+    steps = llm._engine.steps
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(sample, range(10**6, 10**6 + N_SAMPLES)))
+    from collections import Counter
+
+    got = Counter(tokens for tokens, _, _ in results)
+    assert sum(drafted > 0 for _, drafted, _ in results) >= N_SAMPLES // 2, "too few drafts to test the rule"
+    assert llm._engine.steps - steps < sum(passes for _, _, passes in results)  # requests shared steps
+    expected = plain_counts(name, plain, "temp1")
+    p = homogeneity_p_value(expected, got)
+    assert p > 0.001, f"plookup x4 {got.most_common(5)} vs plain {expected.most_common(5)}"
+
+
+def test_the_always_right_bound_of_a_batch():
+    from plookup.bench.concurrency import always_right_bound
+
+    assert always_right_bound(FLAT, 4, 16) == pytest.approx(17.0)  # free rows: 17 tokens a step for 1
+    assert always_right_bound(LINEAR, 4, 16) == pytest.approx(1.0)  # rows cost what they yield
+    # The issue's figures: 4 slots on Qwen2.5-Coder-0.5B Q8_0 here; 64 rows for 13.7 single decodes
+    # beat 68 for 14.6 (16 tokens a slot, not 17): 1.83x over 4 rows for 1.57.
+    assert always_right_bound(QWEN_COST, 4, 16) == pytest.approx((64 / 13.7) / (4 / 1.57), rel=1e-6)

@@ -134,3 +134,33 @@ def test_exact_build_samples_plains_distribution_with_truncation(model_path, set
     eager = plookup.Llama(model_path["smollm2"], drafter=EagerDrafter(), **LLAMA_KWARGS)
     assert eager.exact
     assert_same_distribution("smollm2", plain, eager, setting, TRUNCATING)
+
+
+@pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
+def test_exact_build_gives_plains_text_to_concurrent_requests(model_path):
+    """Four slots in the same steps: with a KV stream per slot (the layout the slot probe finds
+    exact here; a unified cache interleaves their cells and is not) every request's text is its
+    plain text, token for token, and each call says it is exact."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from plookup.exactness import cached_slot_invariance, slots_exact
+
+    plain = llama_cpp.Llama(model_path["smollm2"], **LLAMA_KWARGS)
+    spec = plookup.Llama(model_path["smollm2"], parallel=4, **LLAMA_KWARGS)
+    checks = cached_slot_invariance(spec)
+    assert slots_exact(checks, "streams") and not slots_exact(checks, "unified")
+    assert spec.exact and spec.kv_layout == "streams"
+    prompts = [chat_prompt_tokens(plain, w.messages) for w in PROMPTS[:10:2] + PROMPTS[-1:]]
+    references = [greedy_with_gaps(plain, p, 48)[0] for p in prompts]
+
+    def generate(prompt):
+        with spec.request() as call:
+            return list(itertools.islice(spec.generate(prompt, temp=0.0), 48)), call.stats
+
+    steps = spec._engine.steps
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(generate, prompts))
+    for workload, reference, (tokens, stats) in zip(PROMPTS, references, outputs):
+        assert tokens[: len(reference)] == reference, f"differs at {first_divergence(reference, tokens)}"
+        assert stats.exact is True
+    assert spec._engine.steps - steps < sum(stats.forward_passes for _, stats in outputs)  # they shared steps

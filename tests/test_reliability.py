@@ -28,12 +28,17 @@ from plookup.costs import measure_cost_curve
 from plookup.drafters import NgramDrafter, SuffixDrafter
 from plookup.memory import GlobalMemory
 
+from plookup.policy import CPU_COST_CURVE
+
 from conftest import LLAMA_KWARGS, kv_positions
 
 # A multiple of 256, so llama.cpp keeps it as asked and llama_cpp.Llama's own handling of
 # max_tokens <= 0 (which sizes by llama.cpp's n_ctx) is a valid reference.
 N_CTX = 256
 KWARGS = dict(LLAMA_KWARGS, n_ctx=N_CTX)
+# Tests that need drafts (and so rejections) size them with the built-in CPU curve: a curve
+# measured on a loaded machine can make every draft look too dear, and then they check nothing.
+DRAFTING = dict(KWARGS, cost_curve=CPU_COST_CURVE)
 # Plain greedy decoding on SmolLM2 has no near-tie (top-2 logit gap < 0.3, see conftest.NEAR_TIE)
 # in: COPY_PROMPT's first 218 tokens (the whole context; smallest gap 0.71), the 136 tokens after
 # REPEATS[:120] and the 1-3 tokens after REPEATS[:253..255] (>= 1.67), 40 tokens after each
@@ -51,7 +56,7 @@ def plain(model_path):
 
 @pytest.fixture(scope="module")
 def llm(model_path):
-    return plookup.Llama(model_path["smollm2"], **KWARGS)
+    return plookup.Llama(model_path["smollm2"], **DRAFTING)
 
 
 @pytest.fixture(scope="module")
@@ -455,7 +460,7 @@ def test_property_tests_under_boundscheck(tmp_path):
 
 
 def test_a_failing_seq_rm_means_plain_decoding_never_wrong_output(model_path, expected):
-    llm = plookup.Llama(model_path["smollm2"], **KWARGS)
+    llm = plookup.Llama(model_path["smollm2"], **DRAFTING)
     refused, seq_rm = [], llm._ctx.kv_cache_seq_rm
 
     def refusing_seq_rm(seq_id, p0, p1):  # as a recurrent memory: all or nothing

@@ -1,10 +1,14 @@
 """Server soak: 1,000 mixed requests from 8 concurrent clients on 127.0.0.1, some over the server's
-limits, some abandoned (mid-stream, or a non-streamed request whose client hangs up).
+limits, some abandoned (mid-stream, or a non-streamed request whose client hangs up); then 400 more
+with --parallel 4, where up to four of them decode in the same steps (their prefills included).
 
 Every request is answered, refused with its 4xx (413, 400; a 429 is retried, as OpenAI's client
 does) or was cancelled by its own client; none gets a 5xx; the server's memory stays bounded; and each admitted greedy answer equals
 the one the same request got when sent alone. The prompts' greedy outputs have no near-tie within
-the tokens asked for, so equality is exact. Bounded in count (N_REQUESTS) and time (each request's
+the tokens asked for, so equality is exact with one slot. Beside other slots' rows the top-2 gap
+moves by up to 0.75 (tests/test_engine.py, SHARED_NEAR_TIE), and the chat answer to ABC starts at
+a gap of 0.11 (plain greedy, SmolLM2), so with --parallel 4 equality is required where plain
+greedy's smallest gap is far above that: the COUNT completions (>= 3.7 over 12 tokens). Bounded in count (N_REQUESTS) and time (each request's
 timeout, the pool's).
 """
 
@@ -21,6 +25,7 @@ import urllib.request
 
 import openai
 import psutil
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import serving
@@ -95,9 +100,10 @@ def hang_up(port: int) -> None:
     connection.close()
 
 
-def test_thousand_mixed_requests():
+@pytest.mark.parametrize("parallel, n_requests", [(1, N_REQUESTS), (4, 400)])
+def test_thousand_mixed_requests(parallel, n_requests):
     # The default queue (16) holds all 8 clients; test_serve_hardening.py fills a shorter one.
-    options = ("--max-body-bytes", "65536", "--max-prediction-tokens", "256")
+    options = ("--max-body-bytes", "65536", "--max-prediction-tokens", "256", "--parallel", str(parallel))
     with serving(MODEL, *options) as (url, process):
         port = int(url.rsplit(":", 1)[1])
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
@@ -109,7 +115,7 @@ def test_thousand_mixed_requests():
 
         rng = random.Random(0)
         plan = []
-        for _ in range(N_REQUESTS):
+        for _ in range(n_requests):
             roll = rng.random()
             if roll < 0.06:
                 plan.append(("over", rng.choice(list(OVER_LIMITS))))
@@ -138,8 +144,9 @@ def test_thousand_mixed_requests():
         seconds = time.monotonic() - start
         rss_after = psutil.Process(process.pid).memory_info().rss
         with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
-            full = [s.value for family in text_string_to_metric_families(response.read().decode())
-                    for s in family.samples if s.name == "plookup_requests_total" and s.labels["status"] == "429"]  # fmt: skip
+            samples = [s for family in text_string_to_metric_families(response.read().decode()) for s in family.samples]
+        full = [s.value for s in samples if s.name == "plookup_requests_total" and s.labels["status"] == "429"]
+        engine = {s.name: s.value for s in samples if s.name in ("plookup_active_slots", "plookup_steps_total", "plookup_step_rows_total")}
 
     refused = [status for what, _, status in results if what == "refused"]
     assert set(refused) <= {429}, f"refused with {sorted(set(refused))}"
@@ -147,10 +154,16 @@ def test_thousand_mixed_requests():
     assert over and all(status == EXPECTED_STATUS[kind] for kind, status in over), over
     answered = [(name, text) for what, name, text in results if what == "answered"]
     cancelled = sum(1 for what, _, _ in results if what in ("cancelled", "hang up"))
-    assert cancelled > 0 and len(answered) + cancelled + len(refused) + len(over) == N_REQUESTS
+    assert cancelled > 0 and len(answered) + cancelled + len(refused) + len(over) == n_requests
     mismatches = [name for name, text in answered if text != alone[name]]
-    assert mismatches == [], f"{len(mismatches)} answers differ from the serial run, e.g. {mismatches[:3]}"
+    checked = [name for name, _ in answered if parallel == 1 or (name[0] == COUNT[:5] and name[1] == "completion")]
+    assert len(checked) >= len(answered) // 4
+    wrong = [name for name in mismatches if name in checked]
+    assert wrong == [], f"{len(wrong)} answers differ from the serial run, e.g. {wrong[:3]}"
     assert (rss_after - rss_before) / 2**20 < RSS_GROWTH_BOUND_MIB
-    print(f"\n{N_REQUESTS} requests in {seconds:.0f} s from {N_CLIENTS} clients: {len(answered)} answered "
+    # Every slot was given back, and the steps decoded more than one token each.
+    assert engine["plookup_active_slots"] == 0 and engine["plookup_step_rows_total"] > engine["plookup_steps_total"] > 0
+    print(f"\n--parallel {parallel}: {n_requests} requests in {seconds:.0f} s from {N_CLIENTS} clients: {len(answered)} answered "
           f"({sum(full):.0f} times 429 first, then retried), {len(refused)} refused, {len(over)} over a limit, "
-          f"{cancelled} abandoned; RSS {(rss_after - rss_before) / 2**20:+.0f} MiB")
+          f"{cancelled} abandoned; RSS {(rss_after - rss_before) / 2**20:+.0f} MiB; {len(checked)} checked against "
+          f"the serial answers, {len(mismatches)} of all answers differ (near-ties)")

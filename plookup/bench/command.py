@@ -73,6 +73,11 @@ def register(commands) -> None:
     bench.add_argument("--replay", metavar="FILE",
                        help="no model: replay the drafters on outputs recorded by --json (or JSONL of "
                             "prompt_tokens/output_tokens)")  # fmt: skip
+    bench.add_argument("--concurrency", metavar="LIST",
+                       help="e.g. 1,4,8: instead of the single-stream comparison, that many clients at once on "
+                            "a model with as many slots, plain batched vs plookup (see plookup.bench.concurrency)")  # fmt: skip
+    bench.add_argument("--per-kind", type=int, default=4, metavar="N",
+                       help="with --concurrency: distinct prompts per workload kind (default 4)")  # fmt: skip
     bench.set_defaults(func=cmd_bench)
 
 
@@ -109,6 +114,8 @@ class Phase:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.replay:
         return cmd_replay(args)
+    if args.concurrency:
+        return cmd_concurrency(args)
     names = [s for s in args.systems.split(",") if s]
     if BASELINE not in names:
         raise ValueError(f"--systems must include {BASELINE}: every ratio is against it")
@@ -141,6 +148,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.plot:
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         bench_report.plot(args.plot, *plot_args)
+        note(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_concurrency(args: argparse.Namespace) -> int:
+    from .concurrency import cmd_concurrency as run
+    from .concurrency import plot
+
+    try:
+        levels = [int(c) for c in args.concurrency.split(",") if c]
+    except ValueError:
+        raise ValueError(f"--concurrency takes a comma-separated list of client counts, got {args.concurrency!r}") from None
+    if not levels or min(levels) < 1:
+        raise ValueError("--concurrency: every client count must be >= 1")
+    args.max_tokens = args.max_tokens or QUICK_MAX_TOKENS
+    record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=model_kwargs(args)["model_path"],
+                  threads=args.threads, max_draft=args.max_draft, concurrency=run(args, model_kwargs(args), levels, note))  # fmt: skip
+    if args.json:
+        write_json(args.json, record)
+    if args.plot:
+        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+        plot(args.plot, record["concurrency"])
         note(f"wrote {args.plot}")
     return 0
 

@@ -16,8 +16,10 @@ the others find their tokens waiting. With one slot this is a single stream's lo
 caller's thread, with nothing in between.
 
 Exactness: a generation that never shared a step or the cache with another sequence is decoded
-as a lone stream is; one that did is not claimed exact (``stats.exact`` becomes False), since the
-rows of a multi-sequence batch in a unified cache round differently.
+as a lone stream is. One that did is claimed exact only where ``shared_exact`` says the layout
+keeps a slot's rows its lone decode (a KV stream per slot, measured by
+:func:`plookup.exactness.probe_slots`); elsewhere its ``stats.exact`` becomes False, since in a
+unified cache its cells interleave with the others' and its rows round differently.
 """
 
 from __future__ import annotations
@@ -45,12 +47,17 @@ AHEAD = 48
 class Engine:
     """The slots of one ``plookup.Llama`` and the step that advances them all."""
 
-    def __init__(self, llm, n_slots: int):
+    def __init__(self, llm, n_slots: int, branch_sequences: bool = True, shared_exact: bool = False):
+        """`branch_sequences`: the context has a second sequence per slot for a draft's branch
+        (without, drafts must carry none). `shared_exact`: a slot's rows beside other slots' are
+        bitwise its lone decode here (measured: :func:`plookup.exactness.probe_slots`)."""
         self.llm = llm
         size = len(llm.input_ids)
         # Slot i decodes on sequence i and verifies a draft's second branch on sequence n_slots + i.
-        self.slots = [Slot(0, 0, n_slots, model=llm)]
-        self.slots += [Slot(i, i, n_slots + i, size=size) for i in range(1, n_slots)]
+        branch = (lambda i: n_slots + i) if branch_sequences else (lambda i: -1)
+        self.slots = [Slot(0, 0, branch(0), model=llm)]
+        self.slots += [Slot(i, i, branch(i), size=size) for i in range(1, n_slots)]
+        self.shared_exact = shared_exact
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # a slot was freed, or the engine released
         self._stepping = False
@@ -130,6 +137,13 @@ class Engine:
                 slot.generation = None
                 self._changed.notify_all()
 
+    def forget(self) -> None:
+        """Drop the cells of every idle slot (a benchmark's runs then each prefill afresh)."""
+        with self._changed:
+            for slot in self.slots:
+                if slot.generation is None and self._seq_rm(slot.seq, 0):
+                    slot.n = 0
+
     def _supersede(self) -> None:
         """With one slot, a new generation takes the model from one whose consumer has not
         closed it (a stream left half read), as llama_cpp's own generate does: waiting for it
@@ -149,8 +163,10 @@ class Engine:
             while self._held:
                 self._changed.wait()
             self._held = True
-            while self.active():
+            while True:
                 self._supersede()
+                if not self.active():
+                    break
                 self._changed.wait()
             for slot in self.slots[1:]:
                 self._seq_rm(slot.seq, 0)
@@ -240,6 +256,7 @@ class Engine:
             rows += new
             logits += [True] * len(new)
             if draft.branch is not None:
+                assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
                 # the branches share the whole prefix
                 llama_cpp.llama_memory_seq_cp(self.memory, slot.seq, slot.branch_seq, -1, -1)
         chunks = []  # (generation, its first row, its prompt chunk)
@@ -255,7 +272,7 @@ class Engine:
             budget -= len(chunk)
         stepped = [part[0] for part in parts] + [chunk[0] for chunk in chunks]
         others = [s for s in self.slots if s.n > 0 and s.generation not in stepped]
-        if len(stepped) > 1 or others:
+        if not self.shared_exact and (len(stepped) > 1 or others):
             for gen in stepped:
                 gen.shared = True
         fill(llm, rows, logits)
@@ -417,5 +434,5 @@ class Engine:
             slot.n = i + len(chunk)
 
     def _seq_rm(self, seq: int, p0: int) -> bool:
-        """Drop sequence `seq`'s cells from position p0 on."""
-        return bool(self.llm._ctx.kv_cache_seq_rm(seq, p0, -1))
+        """Drop sequence `seq`'s cells from position p0 on (no sequence: nothing to drop)."""
+        return seq < 0 or bool(self.llm._ctx.kv_cache_seq_rm(seq, p0, -1))

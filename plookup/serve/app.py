@@ -3,8 +3,10 @@
 A completion request passes, in order: the guards (API key, body size; :mod:`.guards`); the
 checks that need no model time (model name, prediction size, and the prompt's length, measured by
 llama_cpp's own request preparation) so that every refusal is a real 4xx, a streamed request's
-included; the gate (one generation at a time, a bounded queue); the generation, in a worker
-thread, as one :meth:`plookup.Llama.request` that ends at the next step once the client hangs up;
+included; the gate (as many generations at a time as the model has slots, ``--parallel``; a
+bounded queue beyond them); the generation, in a worker thread, as one
+:meth:`plookup.Llama.request` that ends at the next step once the client hangs up (the model's
+engine decodes every running generation in the same steps);
 and, after the gate, prediction accounting and metrics from that request's own stats.
 
 Reused from llama_cpp.server: the request schemas (every sampling field it accepts, with its
@@ -136,7 +138,7 @@ class Service:
 
     def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics):
         self.llm, self.model_name, self.limits, self.metrics = llm, model_name, limits, metrics
-        self.gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set)
+        self.gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set, slots=llm.parallel)
         self.probe = PromptProbe(llm)
 
     def arguments(self, body) -> tuple[dict, Optional[dict]]:
@@ -280,6 +282,8 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
 
     @app.get("/metrics")
     async def metrics_text():
+        engine = llm._engine
+        metrics.record_engine(engine.active(), engine.steps, engine.rows)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/health")

@@ -28,6 +28,10 @@ def register(commands) -> None:
                        help=f"largest request body, else 413 (default {limits.max_body_bytes})")  # fmt: skip
     serve.add_argument("--max-prediction-tokens", type=int, default=limits.max_prediction_tokens,
                        help=f"largest Predicted Output, else 400 (default {limits.max_prediction_tokens})")  # fmt: skip
+    serve.add_argument("--parallel", type=int, default=1,
+                       help="generations decoded at once, each on a slot with the whole --n-ctx window "
+                            "(the KV cache holds N x n-ctx cells); requests beyond them queue (default 1: "
+                            "one at a time, exact where `plookup doctor` says so)")  # fmt: skip
     serve.add_argument("--max-queue", type=int, default=limits.max_queue,
                        help=f"requests waiting for the model, else 429 (default {limits.max_queue})")  # fmt: skip
     serve.set_defaults(func=cmd_serve)
@@ -43,7 +47,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     if args.max_queue < 0:
         raise ValueError("--max-queue must be >= 0")
-    llm = load_llama(args)
+    if args.parallel < 1:
+        raise ValueError("--parallel must be >= 1")
+    llm = load_llama(args, parallel=args.parallel)
     limits = Limits(args.max_body_bytes, args.max_prediction_tokens, args.max_queue)
     app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, args.api_key)
     uvicorn.run(app, host=args.host, port=args.port)

@@ -98,16 +98,17 @@ class LimitBody:
 
 
 class ModelGate:
-    """One generation at a time (the model has one KV cache); at most `max_queue` requests wait,
-    and the next one is refused with 429 and a Retry-After of the expected wait.
+    """`slots` generations at a time (the model's slots, ``plookup.Llama(parallel=...)``); at most
+    `max_queue` requests wait beyond them, and the next one is refused with 429 and a Retry-After
+    of the expected wait.
 
     ``enter()`` and ``leave()`` are separate calls: a streamed response leaves the gate when its
     stream closes, in another task than the one that entered it.
     """
 
-    def __init__(self, max_queue: int, on_depth: Optional[Callable[[int], None]] = None):
-        self.max_queue = max_queue
-        self._slot = anyio.Semaphore(1)
+    def __init__(self, max_queue: int, on_depth: Optional[Callable[[int], None]] = None, slots: int = 1):
+        self.max_queue, self.slots = max_queue, slots
+        self._slot = anyio.Semaphore(slots)
         self.waiting = 0
         self._on_depth = on_depth or (lambda depth: None)
         self._mean_seconds = 1.0  # held time, moving average: the Retry-After estimate
@@ -116,7 +117,7 @@ class ModelGate:
     async def enter(self) -> float:
         """Wait for the model; returns the seconds waited."""
         if self._slot.value == 0 and self.waiting >= self.max_queue:
-            retry = max(1, round(self._mean_seconds * (self.waiting + 1)))
+            retry = max(1, round(self._mean_seconds * (self.waiting + 1) / self.slots))
             raise APIError(429, f"the server is busy: {self.waiting} requests are waiting for the model",
                            type="rate_limit_error", code="queue_full", headers={"Retry-After": str(retry)})  # fmt: skip
         start = time.monotonic()

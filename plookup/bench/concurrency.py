@@ -1,0 +1,140 @@
+"""`plookup bench --concurrency 1,4,8`: several clients at once on one model with N slots.
+
+For each concurrency c, one ``plookup.Llama(parallel=c)`` serves c client threads, two systems
+taking turns on it: "plain batched" (the same engine, drafting off: ``max_draft`` 0) and "plookup".
+Workloads: copy-heavy requests (code edits, proofreading), free-form questions, and prompts of
+random tokens sampled at temperature 1.0. Reported per system, workload and c: aggregate completion
+tokens per second of wall time, and per request the time to first token and the inter-token
+latency (p50, p95); beside them the always-right bound of the batch's cost curve (what a drafter
+that is never wrong could add to c slots decoding plainly).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .report import grid
+
+SYSTEMS = ("plain batched", "plookup")
+RANDOM_TEMPERATURE = 1.0
+
+
+def always_right_bound(cost: np.ndarray, slots: int, max_draft: int) -> float:
+    """max over n of (slots * n / cost(slots * n)) / (slots / cost(slots)): an always-right drafter's
+    gain over `slots` sequences decoding one token each, on this curve."""
+    rows = [slots * n for n in range(1, max_draft + 2) if slots * n <= len(cost)]
+    base = slots / cost[slots - 1]
+    return max(r / cost[r - 1] for r in rows) / base
+
+
+def request_sets(llm, seed: int, per_kind: int) -> dict[str, tuple[list[list[int]], float]]:
+    """kind -> (prompts, temperature)."""
+    from .plain import chat_prompt_tokens
+    from .workloads import standard_workloads
+
+    workloads = standard_workloads(seed=seed)
+    copy = [w for w in workloads if w.kind == "copy"][:per_kind]
+    free = [w for w in workloads if w.kind == "free"][:per_kind]
+    rng = np.random.default_rng(seed)
+    random_prompts = [rng.integers(100, llm.n_vocab(), 64).tolist() for _ in range(per_kind)]
+    return {
+        "copy": ([chat_prompt_tokens(llm, w.messages) for w in copy], 0.0),
+        "free": ([chat_prompt_tokens(llm, w.messages) for w in free], 0.0),
+        "random T=1": (random_prompts, RANDOM_TEMPERATURE),
+    }
+
+
+def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> dict:
+    """One request's tokens and the time each reached its client."""
+    start = time.perf_counter()
+    times = []
+    with llm.request() as call:
+        call.max_tokens = max_tokens
+        call.seed = seed
+        for _ in itertools.islice(llm.generate(prompt, temp=temperature), max_tokens):
+            times.append(time.perf_counter())
+    return dict(start=start, times=times, forward_passes=call.stats.forward_passes, accepted=call.stats.accepted)
+
+
+def run_cell(llm, prompts: list, clients: int, max_tokens: int, temperature: float) -> dict:
+    """All `prompts` from `clients` threads at once: aggregate and per-request figures."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        done = list(pool.map(lambda a: timed_request(llm, a[1], max_tokens, temperature, a[0]), enumerate(prompts)))
+    wall = time.perf_counter() - start
+    tokens = sum(len(r["times"]) for r in done)
+    ttft = [r["times"][0] - r["start"] for r in done if r["times"]]
+    itl = [b - a for r in done for a, b in zip(r["times"], r["times"][1:])]
+    return dict(
+        tokens_per_second=tokens / wall, tokens=tokens, seconds=wall,
+        ttft_p50=float(np.percentile(ttft, 50)), ttft_p95=float(np.percentile(ttft, 95)),
+        itl_p50=float(np.percentile(itl, 50)) if itl else 0.0, itl_p95=float(np.percentile(itl, 95)) if itl else 0.0,
+        passes_per_token=sum(r["forward_passes"] for r in done) / max(1, tokens),
+    )  # fmt: skip
+
+
+def cmd_concurrency(args, kwargs: dict, levels: list[int], note) -> dict:
+    """Every level, system and workload; prints the table, returns the record."""
+    import plookup
+
+    record = dict(levels=levels, max_tokens=args.max_tokens, cells=[])
+    header = ["c", "workload", "system", "tok/s", "x plain batched", "bound", "TTFT p50/p95 s",
+              "ITL p50/p95 ms", "passes/tok"]  # fmt: skip
+    rows = []
+    for clients in levels:
+        note(f"concurrency {clients}: loading the model with {clients} slots")
+        llm = plookup.Llama(parallel=clients, max_draft=args.max_draft, **kwargs)
+        own = llm.drafter.max_draft
+        bound = always_right_bound(llm.drafter.policy.cost, clients, own)
+        for kind, (prompts, temperature) in request_sets(llm, args.seed, args.per_kind).items():
+            prompts = (prompts * clients)[: max(clients, len(prompts))]
+            cells = {s: [] for s in SYSTEMS}
+            for _ in range(args.repeats or 1):
+                for system in SYSTEMS:  # side by side: the systems take turns on the same model
+                    llm.drafter.max_draft = 0 if system == "plain batched" else own
+                    llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
+                    cells[system].append(run_cell(llm, prompts, clients, args.max_tokens, temperature))
+                    note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s")
+            best = {s: max(cs, key=lambda c: c["tokens_per_second"]) for s, cs in cells.items()}
+            for system in SYSTEMS:
+                cell = best[system]
+                ratio = cell["tokens_per_second"] / best["plain batched"]["tokens_per_second"]
+                rows.append([str(clients), kind, system, f"{cell['tokens_per_second']:.1f}", f"{ratio:.2f}",
+                             f"{bound:.2f}" if system == "plookup" else "",
+                             f"{cell['ttft_p50']:.2f}/{cell['ttft_p95']:.2f}",
+                             f"{1e3 * cell['itl_p50']:.0f}/{1e3 * cell['itl_p95']:.0f}", f"{cell['passes_per_token']:.2f}"])  # fmt: skip
+                record["cells"].append(dict(concurrency=clients, workload=kind, system=system, bound=bound,
+                                            runs=cells[system], best=cell))  # fmt: skip
+        llm.drafter.max_draft = own
+        del llm
+    print(grid(header, rows))
+    return record
+
+
+def plot(path: str, record: dict) -> None:
+    """Aggregate tokens/s against concurrency, one panel per workload, a line per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(dict.fromkeys(c["workload"] for c in record["cells"]))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        for system in SYSTEMS:
+            cells = [c for c in record["cells"] if c["workload"] == kind and c["system"] == system]
+            ax.plot([c["concurrency"] for c in cells], [c["best"]["tokens_per_second"] for c in cells],
+                    marker="o", label=system)  # fmt: skip
+        ax.set_title(kind)
+        ax.set_xlabel("concurrent requests (slots)")
+        ax.set_ylabel("aggregate completion tokens/s")
+        ax.set_xticks(record["levels"])
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
