@@ -11,9 +11,12 @@ included); several are sized together for the step's cost (:func:`plookup.policy
 busy batch drafts less, a full one nothing.
 
 Threads: each request's thread consumes its own generation (:meth:`Engine.tokens`). A consumer
-whose queue is empty takes the engine's lock and steps; that step advances every generation, so
-the others find their tokens waiting. With one slot this is a single stream's loop, on the
-caller's thread, with nothing in between.
+whose queue is empty steps if the context is free; that step advances every generation, so the
+others find their tokens waiting, and a consumer that finds the context taken waits for the step
+to end rather than for the context (a lock is not fair: a thread stepping in a loop would get it
+back first). Requests waiting for a slot and generations given back are queued, and whoever
+holds the context next hands out and takes back the slots. With one slot this is a single
+stream's loop, on the caller's thread, with nothing in between.
 
 Exactness: a generation that never shared a step or the cache with another sequence is decoded
 as a lone stream is. One that did is claimed exact only where ``shared_exact`` says the layout
@@ -28,6 +31,7 @@ import contextlib
 import threading
 import time
 import warnings
+from collections import deque
 from typing import Iterator, Optional
 
 import llama_cpp
@@ -58,10 +62,15 @@ class Engine:
         self.slots = [Slot(0, 0, branch(0), model=llm)]
         self.slots += [Slot(i, i, branch(i), size=size) for i in range(1, n_slots)]
         self.shared_exact = shared_exact
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)  # a slot was freed, or the engine released
-        self._stepping = False
-        self._deferred: list[Generation] = []  # released from inside a step (a finalizer)
+        # The context: held by whoever steps or changes the cache, never waited for by a thread
+        # that has something else to do (a lock is not fair, and a consumer stepping in a loop
+        # would get it back before a waiting one woke up).
+        self._lock = threading.Lock()
+        # Under its own lock: the requests waiting for a slot, the generations given back, and
+        # the signal that a step has ended, a slot was freed or a request is waiting.
+        self._changed = threading.Condition()
+        self._waiting: deque[Generation] = deque()
+        self._given_back: deque[Generation] = deque()
         self._held = False  # one caller has the whole context (see exclusive)
         self.steps = 0  # decodes made, and their rows: what /metrics reports
         self.rows = 0
@@ -73,34 +82,71 @@ class Engine:
     def active(self) -> int:
         return sum(slot.generation is not None for slot in self.slots)
 
+    # -- whoever holds the context does the bookkeeping others asked for
+
+    def _run(self, work) -> bool:
+        """Run `work()` holding the context if it is free now, after handing out the slots and
+        taking back the generations that others left queued; False if another thread holds it."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self._take_back()
+            self._hand_out()
+            work()
+        finally:
+            self._lock.release()
+            with self._changed:
+                self._changed.notify_all()
+        return True
+
+    def _wait(self, until, work=None) -> None:
+        """Until `until()`: `work` (a step) whenever the context is free, or else the queued
+        bookkeeping; when another thread holds the context, wait for its signal (with a short
+        timeout: the signal may come just before the wait)."""
+        while not until():
+            if self._run(work or (lambda: None)) and work is not None:
+                continue
+            with self._changed:
+                if not until():
+                    self._changed.wait(timeout=0.01)
+
     # -- admission and release
 
     def admit(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
-        """Wait for a free slot, take the one whose cells share the longest prefix with `prompt`
-        (editors resend the same file every turn), and keep that prefix: the rest is prefilled
-        in the steps to come."""
+        """Queue the request and wait for a slot: the free one whose cells share the longest prefix
+        with `prompt` (editors resend the same file every turn). That prefix is kept, the rest is
+        prefilled in the steps to come."""
+        gen = Generation(None, call, None, sampler, randomly, stopping_criteria, list(prompt))
         with self._changed:
-            while True:
+            self._waiting.append(gen)
+        self._wait(lambda: gen.slot is not None or gen.error is not None)
+        if gen.slot is None:
+            raise gen.error
+        return gen
+
+    def _hand_out(self) -> None:
+        """Slots to waiting requests, first come first served (under the context)."""
+        while True:
+            with self._changed:
+                if not self._waiting or self._held:
+                    return
                 self._supersede()
                 free = [s for s in self.slots if s.generation is None]
-                if free and not self._held:
-                    break
-                self._changed.wait()
-            slot = max(free, key=lambda s: (s.shared_prefix(prompt), -s.index))
-            drafter = self.llm.drafter if slot.index == 0 else self.llm.drafter.spawn()
-            gen = Generation(slot, call, drafter, sampler, randomly, stopping_criteria, list(prompt))
-            slot.generation = gen
+                if not free:
+                    return
+                gen = self._waiting.popleft()
+            slot = max(free, key=lambda s: (s.shared_prefix(gen.prompt), -s.index))
+            gen.drafter = self.llm.drafter if slot.index == 0 else self.llm.drafter.spawn()
             try:
-                self._keep_prefix(gen)
-                drafter.start([*call.prediction, *prompt])  # a prediction is history to draft from
-            except BaseException:
-                slot.generation = None
-                self._changed.notify_all()
-                raise
-            return gen
+                self._keep_prefix(slot, gen)
+                gen.drafter.start([*gen.call.prediction, *gen.prompt])  # a prediction is history to draft from
+            except Exception as e:
+                gen.error = e  # raised in the requesting thread
+                continue
+            slot.generation, gen.slot = gen, slot
 
-    def _keep_prefix(self, gen: Generation) -> None:
-        slot, prompt = gen.slot, gen.prompt
+    def _keep_prefix(self, slot: Slot, gen: Generation) -> None:
+        prompt = gen.prompt
         cached = slot.shared_prefix(prompt)
         # A whole cached prompt decodes its last token again: its logits are gone.
         reuse = cached - 1 if cached == len(prompt) else cached
@@ -112,15 +158,24 @@ class Engine:
         gen.call.stats.prefill_tokens = len(prompt) - reuse
 
     def release(self, gen: Generation) -> None:
-        """The consumer is done: keep in the cache only what it has taken (the newest token is
-        never in it), forget the branch, let the drafter finish, free the slot."""
+        """The consumer is done. Its generation ends now; its slot is taken back by whoever holds
+        the context next (now, if it is free: a finalizer inside a step cannot have it)."""
+        gen.done = True
         with self._changed:
-            if self._stepping:  # a finalizer running inside a step: release after it
-                self._deferred.append(gen)
-                return
+            self._given_back.append(gen)
+        self._run(lambda: None)
+
+    def _take_back(self) -> None:
+        """Keep in the cache only what each given-back generation's consumer took (the newest
+        token is never in it), forget its branch, let its drafter finish, free its slot."""
+        while True:
+            with self._changed:
+                if not self._given_back:
+                    return
+                gen = self._given_back.popleft()
             slot = gen.slot
-            if slot.generation is not gen:
-                return
+            if slot is None or slot.generation is not gen:
+                continue
             try:
                 keep = min(len(gen.prompt) + gen.taken, slot.n)
                 if not self._seq_rm(slot.seq, keep):  # unconditional: a failed decode may leave cells
@@ -135,44 +190,61 @@ class Engine:
                 if gen.shared and gen.call.stats.exact:
                     gen.call.stats.exact = False
                 slot.generation = None
-                self._changed.notify_all()
 
     def forget(self) -> None:
         """Drop the cells of every idle slot (a benchmark's runs then each prefill afresh)."""
-        with self._changed:
+
+        def drop():
             for slot in self.slots:
                 if slot.generation is None and self._seq_rm(slot.seq, 0):
                     slot.n = 0
 
+        self._wait_for(drop)
+
+    def _wait_for(self, work) -> None:
+        """`work()` once, holding the context."""
+        done = []
+        self._wait(lambda: bool(done), lambda: done.append(work()))
+
     def _supersede(self) -> None:
         """With one slot, a new generation takes the model from one whose consumer has not
         closed it (a stream left half read), as llama_cpp's own generate does: waiting for it
-        could wait forever on the very thread that holds it. The old one ends with an error."""
+        could wait forever on the very thread that holds it. The old one ends with an error.
+        Under the context and the condition's lock."""
         gen = self.slots[0].generation
-        if len(self.slots) == 1 and gen is not None and not self._stepping:
+        if len(self.slots) == 1 and gen is not None:
             gen.error = RuntimeError("a newer generation on this model (parallel=1) ended this one before it was closed")
             gen.done = True
-            self.release(gen)
+            self._given_back.append(gen)
+            self._take_back()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """The whole context for llama_cpp's own plain decoding on sequence 0, whose cache
-        operations cover every sequence: wait until no generation runs, admit none meanwhile,
-        and empty the other slots' cells."""
+        operations cover every sequence: admit none meanwhile, wait until no generation runs, and
+        empty the other slots' cells; the context is this caller's until the block ends."""
         with self._changed:
             while self._held:
                 self._changed.wait()
             self._held = True
-            while True:
-                self._supersede()
-                if not self.active():
-                    break
-                self._changed.wait()
-            for slot in self.slots[1:]:
-                self._seq_rm(slot.seq, 0)
-                slot.n = 0
         try:
-            yield
+            while True:
+                if self._lock.acquire(blocking=False):
+                    self._take_back()
+                    with self._changed:
+                        self._supersede()
+                    if not self.active():
+                        break
+                    self._lock.release()
+                with self._changed:
+                    self._changed.wait(timeout=0.01)
+            try:
+                for slot in self.slots[1:]:
+                    self._seq_rm(slot.seq, 0)
+                    slot.n = 0
+                yield
+            finally:
+                self._lock.release()
         finally:
             with self._changed:
                 self._held = False
@@ -182,13 +254,12 @@ class Engine:
 
     def tokens(self, gen: Generation) -> Iterator[int]:
         """The generation's tokens as its consumer takes them; stepping the engine whenever none
-        is waiting. Raises the generation's error after the tokens emitted before it."""
+        is waiting and no other thread is stepping. Raises the generation's error after the
+        tokens emitted before it."""
         try:
             while True:
                 if not gen.out:
-                    with self._lock:
-                        while not gen.out and not gen.done:
-                            self.step()
+                    self._wait(lambda: bool(gen.out) or gen.done, self._step)
                     if not gen.out:
                         if gen.error is not None:
                             raise gen.error
@@ -201,17 +272,6 @@ class Engine:
             self.release(gen)
 
     # -- the step
-
-    def step(self) -> None:
-        with self._changed:
-            self._stepping = True
-            try:
-                self._step()
-            finally:
-                self._stepping = False
-                deferred, self._deferred = self._deferred, []
-                for gen in deferred:
-                    self.release(gen)
 
     def _wants(self, gen: Generation) -> bool:
         if gen.done:
