@@ -78,6 +78,9 @@ class Call:
     # The sampler's seed, set by llama_cpp's completion code for this call (the model's own seed
     # is shared by every call running at once).
     seed: Optional[int] = None
+    # Its generation on the engine (plookup.engine.Generation), once admitted: its slot's tokens
+    # are what llama_cpp's completion code reads as the model's input_ids.
+    generation: Optional[object] = None
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()
@@ -259,6 +262,22 @@ class Llama(llama_cpp.Llama):
             call.seed = seed
 
     @property
+    def _input_ids(self) -> np.ndarray:
+        """llama_cpp's completion code checks its stopping criteria on ``_input_ids`` once a
+        generation ends: the running call's slot's tokens, not slot 0's."""
+        call = _current_call.get()
+        gen = call.generation if call is not None else None
+        if gen is not None and gen.slot is not None and gen.slot.index != 0:
+            return gen.slot.tokens[: gen.slot.n]
+        return self.input_ids[: self.n_tokens]
+
+    @property
+    def _scores(self) -> np.ndarray:
+        # ... and on _scores[-1]: plookup keeps no scores (it samples from the context's rows),
+        # so that row is whatever llama_cpp left there; never an empty view to index.
+        return self.scores[: max(1, self.n_tokens), :]
+
+    @property
     def kv_layout(self) -> str:
         """"unified" (one cache the slots share, a second branch sequence per slot) or "streams"
         (a stream per slot: chosen with several slots where that keeps them exact)."""
@@ -404,8 +423,8 @@ class Llama(llama_cpp.Llama):
         if len(tokens) >= self._n_ctx:
             return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
         randomly = sampling["temp"] != 0  # llama_cpp: < 0 samples too
-        generation = self._engine.admit(tokens, call, sampler, randomly, stopping_criteria)
-        yield from self._engine.tokens(generation)
+        call.generation = self._engine.admit(tokens, call, sampler, randomly, stopping_criteria)
+        yield from self._engine.tokens(call.generation)
 
     # -- many prompts at once
 

@@ -317,3 +317,33 @@ def test_the_always_right_bound_of_a_batch():
     # The issue's figures: 4 slots on Qwen2.5-Coder-0.5B Q8_0 here; 64 rows for 13.7 single decodes
     # beat 68 for 14.6 (16 tokens a slot, not 17): 1.83x over 4 rows for 1.57.
     assert always_right_bound(QWEN_COST, 4, 16) == pytest.approx((64 / 13.7) / (4 / 1.57), rel=1e-6)
+
+
+def test_llama_cpps_own_checks_read_the_requests_slot(parallel_smol, references):
+    """llama_cpp's completion code calls the stopping criteria once more after the generation,
+    with the model's ``_input_ids``: that must be this request's slot, not slot 0 (which another
+    request holds here); a chat template's stop-token criterion reads it on every chat request."""
+    llm = parallel_smol
+    prompts, _ = references
+    held, done = threading.Event(), threading.Event()
+
+    def hold_slot_0():
+        with llm.request():
+            tokens = llm.generate(prompts[0], temp=0.0)
+            next(tokens)
+            held.set()
+            done.wait(120)
+            tokens.close()
+
+    llm._engine.forget()
+    holder = threading.Thread(target=hold_slot_0)
+    holder.start()
+    assert held.wait(120) and llm._engine.slots[0].generation is not None
+    seen = []
+    try:
+        llm.create_completion(prompts[1], max_tokens=6, temperature=0,
+                              stopping_criteria=llama_cpp.StoppingCriteriaList([lambda ids, _: seen.append(list(ids)) or False]))  # fmt: skip
+    finally:
+        done.set()
+        holder.join()
+    assert seen and all(ids[: len(prompts[1])] == prompts[1] for ids in seen)
