@@ -149,8 +149,9 @@ class Llama(llama_cpp.Llama):
     doctor's settings say off).
     ``parallel``: how many generations decode at once, each on a slot of its own, from as many
     threads (default 1). Every slot has the whole ``n_ctx`` window: the context holds
-    ``parallel * n_ctx`` cells, shared by the slots (one unified cache). A call that shared a step
-    or the cache with another slot is not claimed exact (``usage["speculative"]["exact"]``).
+    ``parallel * n_ctx`` cells, one unified cache, or a stream per slot where that keeps a slot's
+    rows its lone decode (measured, see :attr:`kv_layout`). Elsewhere a call that shared a step or
+    the cache with another slot is not claimed exact (``usage["speculative"]["exact"]``).
     Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
     forces ``logits_all=True``, which this decoder does not need. A model whose memory cannot drop
     a suffix (recurrent, hybrid) decodes plainly, with a warning.
