@@ -54,11 +54,12 @@ class Slot:
 
 @dataclass(eq=False)
 class Generation:
-    """One request's state on its slot, read and written only under the engine's lock."""
+    """One request's state on its slot, written under the engine's context, except by its
+    consumer: ``out`` (a deque it pops from, thread-safe), ``taken`` and ``done`` (release)."""
 
-    slot: Slot
+    slot: Optional[Slot]  # None until the engine hands it one
     call: object  # plookup.decoder.Call
-    drafter: object  # an IndexDrafter, this generation's only
+    drafter: object  # an IndexDrafter, this generation's only (chosen with the slot)
     sampler: object  # llama_cpp's LlamaSampler chain
     randomly: bool  # temperature != 0: the policy learns how often samples are the argmax
     stopping_criteria: object
