@@ -31,6 +31,21 @@ def sequence_rows(tokens: Sequence[int], n_past: int, seq: int = 0) -> list[Row]
     return [(int(token), n_past + i, (seq,)) for i, token in enumerate(tokens)]
 
 
+def last_row_logits(n: int) -> list[bool]:
+    """Logits at a chunk's last row only, as llama_cpp's ``eval`` asks for them."""
+    return [False] * (n - 1) + [True]
+
+
+def decode_chunks(target, tokens: Sequence[int], seq: int, n_batch: int, start: int = 0) -> None:
+    """`tokens` at positions start.. of sequence `seq`, decoded as llama_cpp's ``eval`` decodes a
+    prompt: n_batch tokens a ``llama_decode``, logits at each one's last row. `target` has the
+    ``_ctx`` and ``_batch`` of a llama_cpp.Llama."""
+    for i in range(0, len(tokens), n_batch):
+        chunk = tokens[i : i + n_batch]
+        fill(target, sequence_rows(chunk, start + i, seq), last_row_logits(len(chunk)))
+        target._ctx.decode(target._batch)
+
+
 def verify_rows(pending: int, draft: Sequence[int], branch, n_past: int, seqs: tuple[int, int] = (0, 1)) -> list[Row]:
     """The rows of a verify step in the order :mod:`plookup.verify` reads them.
 

@@ -38,7 +38,7 @@ import llama_cpp._internals as internals
 import llama_cpp.llama_cpp as llama_cpp_lib
 import numpy as np
 
-from .batch import fill, sequence_rows, verify_rows
+from .batch import decode_chunks, fill, sequence_rows, verify_rows
 from .costs import curve_key
 from .draft import Branch
 from .files import cache_dir, write_text_atomically
@@ -250,9 +250,7 @@ class _Decoder:
         self._ctx.decode(self._batch)
 
     def prefill(self, tokens, seq: int) -> None:
-        for i in range(0, len(tokens), self.llm.n_batch):
-            chunk = tokens[i : i + self.llm.n_batch]
-            self.decode(sequence_rows(chunk, i, seq), [False] * (len(chunk) - 1) + [True])
+        decode_chunks(self, tokens, seq, self.llm.n_batch)
 
     def logits(self, row: int) -> np.ndarray:
         return np.ctypeslib.as_array(self._ctx.get_logits_ith(row), shape=(self.llm.n_vocab(),)).copy()

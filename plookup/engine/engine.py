@@ -37,7 +37,7 @@ from typing import Iterator, Optional
 import llama_cpp
 import numpy as np
 
-from ..batch import fill, sequence_rows, verify_rows
+from ..batch import decode_chunks, fill, last_row_logits, sequence_rows, verify_rows
 from ..draft import MEMORY, NO_DRAFT, Draft
 from ..policy import size_batch
 from .slot import Generation, Slot
@@ -298,7 +298,7 @@ class Engine:
                 gen.done = True  # e.g. the client hung up: this generation ends here
             elif gen.prefilling:
                 prefilling.append(gen)
-            elif llm._n_ctx - slot.n - 2 < 0:
+            elif self._room(slot) < 0:
                 gen.done = True  # context full: the caller reports finish_reason "length"
             else:
                 decoding.append(gen)
@@ -328,7 +328,7 @@ class Engine:
             chunk = gen.prompt[slot.n : slot.n + budget]
             chunks.append((gen, len(rows), chunk))
             rows += sequence_rows(chunk, slot.n, slot.seq)
-            logits += [False] * (len(chunk) - 1) + [True]  # as llama_cpp's eval: a chunk's last row
+            logits += last_row_logits(len(chunk))
             budget -= len(chunk)
         stepped = [part[0] for part in parts] + [chunk[0] for chunk in chunks]
         others = [s for s in self.slots if s.n > 0 and s.generation not in stepped]
@@ -367,23 +367,21 @@ class Engine:
             return [NO_DRAFT] * len(decoding)
         limits = []
         for gen in decoding:
-            # Draft tokens that fit behind the pending token so that prompt + output stays
-            # <= n_ctx, as llama_cpp caps it (the token sampled last is never evaluated).
-            limit = min(llm._n_ctx - gen.slot.n - 2, llm.n_batch - len(decoding) - reserve)
+            limit = min(self._room(gen.slot), llm.n_batch - len(decoding) - reserve)
             if gen.call.max_tokens is not None:  # a step emits accepted + 1 tokens
                 limit = min(limit, gen.call.max_tokens - gen.emitted - 1)
             limits.append(limit)
+
+        def timed(gen, ask, limit):  # the drafter's time is its generation's
+            start = time.perf_counter()
+            try:
+                return ask(limit)
+            finally:
+                gen.call.stats.draft_seconds += time.perf_counter() - start
+
         if len(decoding) == 1:
-            gen = decoding[0]
-            start = time.perf_counter()
-            draft = gen.drafter.propose(limits[0])
-            gen.call.stats.draft_seconds += time.perf_counter() - start
-            return [draft]
-        offers = []
-        for gen, limit in zip(decoding, limits):
-            start = time.perf_counter()
-            offers.append(gen.drafter.offer(limit))
-            gen.call.stats.draft_seconds += time.perf_counter() - start
+            return [timed(decoding[0], decoding[0].drafter.propose, limits[0])]
+        offers = [timed(gen, gen.drafter.offer, limit) for gen, limit in zip(decoding, limits)]
         lengths = size_batch([p for _, p in offers], llm.drafter.policy.cost, llm.n_batch - reserve)
         return [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
 
@@ -485,13 +483,13 @@ class Engine:
                 if other.generation is not None and other is not slot:
                     self._fail(other.generation, RuntimeError("the cache was cleared under this generation"))
         slot.n = 0
-        llm = self.llm
-        for i in range(0, len(tokens), llm.n_batch):
-            chunk = tokens[i : i + llm.n_batch]
-            fill(llm, sequence_rows(chunk, i, slot.seq), [False] * (len(chunk) - 1) + [True])
-            llm._ctx.decode(llm._batch)
-            slot.tokens[i : i + len(chunk)] = chunk
-            slot.n = i + len(chunk)
+        decode_chunks(self.llm, tokens, slot.seq, self.llm.n_batch)
+        slot.n = len(tokens)
+
+    def _room(self, slot: Slot) -> int:
+        """Draft tokens that fit behind the slot's pending token so that prompt + output stays
+        <= n_ctx, as llama_cpp caps it (the token sampled last is never evaluated); < 0: full."""
+        return self.llm._n_ctx - slot.n - 2
 
     def _seq_rm(self, seq: int, p0: int) -> bool:
         """Drop sequence `seq`'s cells from position p0 on (no sequence: nothing to drop)."""

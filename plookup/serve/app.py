@@ -254,6 +254,7 @@ class Service:
 def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None) -> FastAPI:
     """The app serving `llm` to requests whose ``model`` is `model_name` (or absent)."""
     metrics = Metrics(ROUTES)
+    metrics.watch_engine(llm._engine)
     service = Service(llm, model_name, limits, metrics)
     created = int(time.time())
     app = FastAPI(title="plookup")
@@ -282,8 +283,6 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
 
     @app.get("/metrics")
     async def metrics_text():
-        engine = llm._engine
-        metrics.record_engine(engine.active(), engine.steps, engine.rows)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/health")

@@ -11,6 +11,7 @@ the k-th draft token.
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 OTHER_ROUTE = "other"
@@ -32,7 +33,6 @@ class Metrics:
 
     def __init__(self, routes: frozenset[str]):
         self.routes = routes
-        self._seen = (0, 0)  # the engine's steps and rows already counted
         self.registry = registry = CollectorRegistry()
         self.requests = Counter("plookup_requests", "HTTP requests answered, by route and status.",
                                 ["path", "status"], registry=registry)  # fmt: skip
@@ -46,10 +46,6 @@ class Metrics:
             "Verify steps whose draft token at position k was accepted.", ["position"], registry=registry,
         )  # fmt: skip
         self.queue_depth = Gauge("plookup_queue_depth", "Requests waiting for the model.", registry=registry)
-        self.active_slots = Gauge("plookup_active_slots", "Generations running on the model's slots.", registry=registry)
-        self.steps = Counter("plookup_steps", "llama_decode calls of the engine (every slot's rows in one).", registry=registry)
-        self.step_rows = Counter("plookup_step_rows", "Rows (tokens) those calls decoded: / steps = tokens per step.",
-                                 registry=registry)  # fmt: skip
         self.queue_wait = Histogram("plookup_queue_wait_seconds", "Time requests waited for the model.",
                                     buckets=(0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=registry)  # fmt: skip
 
@@ -69,13 +65,10 @@ class Metrics:
             for position, n in enumerate(counts):
                 counter.labels(str(position)).inc(n)
 
-    def record_engine(self, active: int, steps: int, rows: int) -> None:
-        """The engine's state at a scrape: its running generations, and its step and row counts
-        so far (counters that only grow: add what is new)."""
-        self.active_slots.set(active)
-        self.steps.inc(steps - self._seen[0])
-        self.step_rows.inc(rows - self._seen[1])
-        self._seen = (steps, rows)
+    def watch_engine(self, engine) -> None:
+        """Expose the model's engine, read at each scrape: its running generations, and the
+        steps it has decoded and their rows (the engine counts them; nothing is copied here)."""
+        self.registry.register(EngineCollector(engine))
 
     def record_prediction(self, details: dict) -> None:
         self.totals["prediction_accepted_tokens"].inc(details["accepted_prediction_tokens"])
@@ -83,3 +76,18 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class EngineCollector:
+    """``plookup_active_slots``, ``plookup_steps_total`` and ``plookup_step_rows_total`` (rows per
+    step = their ratio) from a :class:`plookup.engine.Engine`."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def collect(self):
+        yield GaugeMetricFamily("plookup_active_slots", "Generations running on the model's slots.", value=self.engine.active())
+        yield CounterMetricFamily("plookup_steps", "llama_decode calls of the engine (every slot's rows in one).",
+                                  value=self.engine.steps)  # fmt: skip
+        yield CounterMetricFamily("plookup_step_rows", "Rows (tokens) those calls decoded: / steps = tokens per step.",
+                                  value=self.engine.rows)  # fmt: skip
