@@ -46,6 +46,24 @@ SINGLE_RUN = 4
 METHOD = "synchronized; one-token decodes in runs"
 
 
+def context_limit(llm: llama_cpp.Llama) -> int:
+    """The tokens `llm`'s context holds: llama.cpp may round n_ctx up, while llama_cpp sizes
+    input_ids by the n_ctx asked for."""
+    return min(llm.n_ctx(), len(llm.input_ids))
+
+
+def read_cached(path, parse, what: str):
+    """``parse`` of the JSON kept at `path`; None when there is none yet, or when it cannot be read,
+    which is reported (it is then measured again and replaced)."""
+    try:
+        return parse(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        warnings.warn(f"plookup: ignoring the unreadable {what} {path} ({e}); measuring it again")
+        return None
+
+
 def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
     fill(llm, sequence_rows(tokens, n_past))
     start = time.perf_counter()
@@ -68,9 +86,8 @@ def measure_cost_curve(
     any prompt).
     """
     vocab = llm.n_vocab()
-    # A small context (n_ctx, and with it n_batch) bounds both the batch and the context behind it;
-    # llama_cpp sizes input_ids by the requested n_ctx, llama.cpp may round n_ctx up.
-    limit = min(llm.n_ctx(), len(llm.input_ids))
+    # A small context (n_ctx, and with it n_batch) bounds both the batch and the context behind it.
+    limit = context_limit(llm)
     max_n = max(1, min(max_n, llm.n_batch, limit))
     n_context = max(0, min(CONTEXT_TOKENS, limit - max_n))
     rng = np.random.default_rng(0)
@@ -123,12 +140,9 @@ def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.n
     now (which resets `llm`'s context)."""
     max_n = max_n or DEFAULT_MAX_N
     path = cache_dir() / "cost-curves" / f"{curve_key(llm, max_n)}.json"
-    try:
-        return validate_cost_curve(json.loads(path.read_text())["cost"])
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        warnings.warn(f"plookup: ignoring the unreadable cost curve {path} ({e}); measuring it again")
+    cached = read_cached(path, lambda data: validate_cost_curve(data["cost"]), "cost curve")
+    if cached is not None:
+        return cached
     cost = measure_cost_curve(llm, max_n)
     write_text_atomically(path, json.dumps({"model": llm.model_path, "cost": cost.tolist()}))
     return cost

@@ -39,7 +39,7 @@ import llama_cpp.llama_cpp as llama_cpp_lib
 import numpy as np
 
 from .batch import decode_chunks, fill, sequence_rows, verify_rows
-from .costs import curve_key
+from .costs import context_limit, curve_key, read_cached
 from .draft import Branch
 from .files import cache_dir, write_text_atomically
 
@@ -128,11 +128,6 @@ class Invariance:
         return bool(singles) and all(c.equal == c.rows for c in singles)
 
     @property
-    def branch_invariant(self) -> bool:
-        """So are two-branch batches (two sequences in one decode)."""
-        return all(c.equal == c.rows for c in self.checks if c.two_branch)
-
-    @property
     def invariant(self) -> bool:
         """Verification can be exact: single-draft batches are (two-branch ones can be left out)."""
         return self.single_invariant
@@ -180,7 +175,7 @@ def probe_invariance(llm, max_n: int = MAX_N) -> Invariance:
 
     `llm` is a plookup.Llama (its context has the second sequence). Leaves it reset.
     """
-    limit = min(llm.n_ctx(), len(llm.input_ids))
+    limit = context_limit(llm)
     max_n = max(2, min(max_n, llm.n_batch, limit // 2))
     n_context = max(0, min(CONTEXT_TOKENS, limit - 2 * max_n))
     rng = np.random.default_rng(0)
@@ -268,7 +263,7 @@ def probe_slots(llm, max_n: int = 8, context_tokens: int = CONTEXT_TOKENS) -> li
     sequence 1, in a unified cache and in a stream per sequence, each row against single-token
     decodes of sequence 0 in a cache that holds it alone."""
     rng = np.random.default_rng(2)
-    limit = min(llm.n_ctx(), len(llm.input_ids))
+    limit = context_limit(llm)
     n_context = max(2, min(context_tokens, limit // 2 - max_n))
     half = max(1, n_context - LOCKSTEP)
     a = rng.integers(100, llm.n_vocab(), n_context + max_n).tolist()
@@ -319,31 +314,21 @@ def cached_slot_invariance(llm) -> list[SlotCheck]:
     """:func:`probe_slots` for `llm`, from the cache or measured now (a few seconds), keyed as
     :func:`cached_invariance` is."""
     path = cache_dir() / "invariance" / f"{curve_key(llm)}-{'tiled' if tiled_from_environment() else 'untiled'}-slots.json"
-    try:
-        return [SlotCheck(**c) for c in json.loads(path.read_text())["checks"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    cached = read_cached(path, lambda data: [SlotCheck(**c) for c in data["checks"]], "slot invariance")
+    if cached is not None:
+        return cached
     checks = probe_slots(llm)
     write_text_atomically(path, json.dumps({"model": llm.model_path, "checks": [asdict(c) for c in checks]}))
     return checks
-
-
-def settings_in_force(llm) -> Settings:
-    return Settings(
-        repack=bool(llm.model_params.use_extra_bufts),
-        tiled=tiled_from_environment(),
-        flash_attn=int(llm.context_params.flash_attn_type) == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-    )
 
 
 def cached_invariance(llm) -> Invariance:
     """:func:`probe_invariance` for `llm`, from the cache or measured now (a second or so for a
     small model; leaves `llm` reset). Keyed like the cost curve, plus the tiled switch."""
     path = cache_dir() / "invariance" / f"{curve_key(llm)}-{'tiled' if tiled_from_environment() else 'untiled'}.json"
-    try:
-        return Invariance([RowCheck(**c) for c in json.loads(path.read_text())["checks"]])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    cached = read_cached(path, lambda data: Invariance([RowCheck(**c) for c in data["checks"]]), "invariance")
+    if cached is not None:
+        return cached
     result = probe_invariance(llm)
     write_text_atomically(path, json.dumps({"model": llm.model_path, "checks": [asdict(c) for c in result.checks]}))
     return result
@@ -383,7 +368,7 @@ def recommended_settings(model_path: str) -> Optional[Settings]:
 
 def measure_speeds(llm, prompt_tokens: int = 256, decodes: int = 32) -> tuple[float, float]:
     """Prompt processing and single-token decoding, tokens per second (medians of 3)."""
-    prompt_tokens = min(prompt_tokens, min(llm.n_ctx(), len(llm.input_ids)) - decodes - 1)
+    prompt_tokens = min(prompt_tokens, context_limit(llm) - decodes - 1)
     tokens = np.random.default_rng(1).integers(100, llm.n_vocab(), prompt_tokens + decodes).tolist()
     prompt, decode = [], []
     for _ in range(3):

@@ -4,6 +4,9 @@ the batch layout it reads (plookup.batch.verify_rows); and a broken rule that th
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -135,19 +138,28 @@ def reference_greedy(draft, branch, rows_token):
     return out
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    draft=st.lists(st.integers(0, 3), max_size=8),
-    branch=st.none() | st.tuples(st.integers(0, 7), st.lists(st.integers(0, 3), min_size=1, max_size=5)),
-    targets=st.lists(st.integers(0, 3), min_size=14, max_size=14),
-)
-def test_accept_matches_the_rule_written_out(draft, branch, targets):
-    if branch is not None and (branch[0] >= len(draft) or branch[1][0] == draft[branch[0]]):
-        branch = None  # a branch forks inside the draft, with a token other than the draft's
-    verdict = accept(draft, lambda row: (targets[row], None), None,
-                     None if branch is None else Branch(branch[0], np.array(branch[1])))  # fmt: skip
-    assert list(verdict.tokens) == reference_greedy(draft, branch, lambda row: targets[row])
-    assert verdict.accepted == len(verdict.tokens) - 1
+def matches_the_rule_written_out(rule):
+    """The property, for `rule` with accept's interface: on every greedy draft, branch and target
+    tokens, its tokens are :func:`reference_greedy`'s."""
+
+    @settings(max_examples=400, deadline=None)
+    @given(
+        draft=st.lists(st.integers(0, 3), max_size=8),
+        branch=st.none() | st.tuples(st.integers(0, 7), st.lists(st.integers(0, 3), min_size=1, max_size=5)),
+        targets=st.lists(st.integers(0, 3), min_size=14, max_size=14),
+    )
+    def check(draft, branch, targets):
+        if branch is not None and (branch[0] >= len(draft) or branch[1][0] == draft[branch[0]]):
+            branch = None  # a branch forks inside the draft, with a token other than the draft's
+        verdict = rule(draft, lambda row: (targets[row], None), None,
+                       None if branch is None else Branch(branch[0], np.array(branch[1])))  # fmt: skip
+        assert list(verdict.tokens) == reference_greedy(draft, branch, lambda row: targets[row])
+        assert verdict.accepted == len(verdict.tokens) - 1
+
+    return check
+
+
+test_accept_matches_the_rule_written_out = matches_the_rule_written_out(accept)
 
 
 def accept_past_a_mismatch(draft, sample, stop=None, branch=None) -> Verdict:
@@ -156,8 +168,40 @@ def accept_past_a_mismatch(draft, sample, stop=None, branch=None) -> Verdict:
     return Verdict(tuple(tokens), False, False)
 
 
-@pytest.mark.parametrize("rule, broken", [(accept, False), (accept_past_a_mismatch, True)])
-def test_a_rule_that_accepts_past_a_mismatch_is_caught(rule, broken):
-    sample = greedy({0: 5, 1: 9, 2: 7, 3: 8})
-    tokens = rule([5, 6, 7], sample).tokens
-    assert (tokens != (5, 9)) == broken
+def accept_ignoring_the_branch(draft, sample, stop=None, branch=None) -> Verdict:
+    """Another: it verifies the draft alone, as if no branch had been batched beside it."""
+    return accept(draft, sample, stop, None)
+
+
+@pytest.mark.parametrize("broken", [accept_past_a_mismatch, accept_ignoring_the_branch])
+def test_the_property_rejects_a_broken_rule(broken):
+    # The property test above, run on the broken rule instead of accept, finds a counterexample.
+    with pytest.raises(AssertionError):
+        matches_the_rule_written_out(broken)()
+
+
+# -- the verdict of the probe, kept on disk
+
+
+def test_a_corrupt_invariance_cache_is_reported_and_measured_again(tmp_path, monkeypatch):
+    from plookup import exactness
+    from plookup.exactness import Invariance, RowCheck, cached_invariance, cached_slot_invariance
+
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(exactness, "curve_key", lambda llm: "key")  # no model: the probes are faked
+    measured = Invariance([RowCheck(n=2, two_branch=False, equal=2, rows=2, max_delta=0.0)])
+    monkeypatch.setattr(exactness, "probe_invariance", lambda llm: measured)
+    monkeypatch.setattr(exactness, "probe_slots", lambda llm: [])
+    llm = SimpleNamespace(model_path="model.gguf")
+    assert cached_invariance(llm) == measured  # measured and written: nothing to warn about
+    (path,) = (tmp_path / "invariance").iterdir()
+    assert cached_invariance(llm) == measured  # read back
+    path.write_text('{"checks": [{"n": 2, ')
+    with pytest.warns(UserWarning, match="unreadable invariance"):
+        assert cached_invariance(llm) == measured
+    assert Invariance([RowCheck(**c) for c in json.loads(path.read_text())["checks"]]) == measured  # replaced
+    assert cached_slot_invariance(llm) == []
+    slots = tmp_path / "invariance" / path.name.replace(".json", "-slots.json")
+    slots.write_text("{}")
+    with pytest.warns(UserWarning, match="unreadable slot invariance"):
+        assert cached_slot_invariance(llm) == []

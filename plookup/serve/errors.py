@@ -45,11 +45,6 @@ def model_error(error: ValueError, body) -> APIError:
     return APIError(400, str(error))
 
 
-def context_exceeded(body, prompt_tokens: int, n_ctx: int) -> APIError:
-    """llama_cpp's own error for a prompt that leaves no room in the context, in OpenAI's words."""
-    return model_error(ValueError(f"Requested tokens ({prompt_tokens}) exceed context window of {n_ctx}"), body)
-
-
 def error_response(error: APIError) -> JSONResponse:
     return JSONResponse({"error": error.body}, status_code=error.status, headers=error.headers)
 
