@@ -21,9 +21,10 @@ from plookup.bench.measure import (
 )
 from plookup.bench.llama_server import server_record
 from plookup.costs import oracle_speedup
+from plookup.native.draft_length import batch_cost
 from plookup.bench.plain import NEAR_TIE
 from plookup.bench.replay import (
-    accepted_length, best_lengths, cheapest_length, load_recorded, modelled_speedup, replay, score_drafts,
+    accepted_length, best_lengths, cheapest_length, load_recorded, modelled_speedup, replay, score_drafts, step_cost,
 )
 from plookup.bench.report import overview_table
 from plookup.bench.workloads import bench_workloads, whole_file_workloads
@@ -294,7 +295,7 @@ def brute_force_least_cost(candidates, output, cost, pos=0):
         return 0.0
     tokens = candidates.get(pos, [])
     a = accepted_length(tokens, output[pos:])
-    return min(min(cost[min(k, len(cost) - 1)] for k in range(d, max(d, len(tokens)) + 1))
+    return min(min(step_cost(k, cost) for k in range(d, max(d, len(tokens)) + 1))
                + brute_force_least_cost(candidates, output, cost, pos + d + 1) for d in range(a + 1))
 
 
@@ -311,7 +312,16 @@ def test_the_oracle_finds_the_cheapest_draft_lengths():
     dip = np.array([1.0, 1.5, 2.5, 2.0])
     assert best_lengths(CandidatesByPosition({0: [4, 5, 9]}), [1, 2, 3], [4, 5, 6], dip) == [3]
     assert cheapest_length(1, 1, dip) == 1 and cheapest_length(0, 3, dip) == 0  # nothing to pad; ties: shortest
-    assert cheapest_length(2, 9, dip) == 3  # past the curve's end a batch costs its last entry
+    assert cheapest_length(2, 9, dip) == 3  # past the curve's end batches cost more (extrapolated)
+
+
+def test_a_batch_past_the_measured_curve_costs_what_the_policy_assumes():
+    # A curve of 1..16 rows and a 16-token draft: a 17-row batch, never measured. The replay costs
+    # it as the draft-length policy does (native.draft_length.batch_cost), linearly extrapolated.
+    cost = np.linspace(1.0, 4.0, 16)  # 0.2 a row
+    assert step_cost(15, cost) == 4.0 and step_cost(16, cost) == pytest.approx(4.2) == batch_cost(17, cost)
+    assert step_cost(18, cost) == pytest.approx(4.6)
+    assert modelled_speedup([16], 17, cost) == pytest.approx(17 / 4.2)
 
 
 def test_the_oracle_is_the_least_cost_and_bounds_the_policy():
@@ -322,7 +332,7 @@ def test_the_oracle_is_the_least_cost_and_bounds_the_policy():
                       for p in range(len(output))}  # fmt: skip
         cost = np.cumsum(np.r_[1.0, rng.uniform(-0.3, 1.0, size=6)]).clip(min=0.5)
         lengths = best_lengths(CandidatesByPosition(candidates), [9], output, cost)
-        spent = sum(cost[min(d, len(cost) - 1)] for d in lengths)
+        spent = sum(step_cost(d, cost) for d in lengths)
         assert spent == pytest.approx(brute_force_least_cost(candidates, output, cost))
         # Any policy drafting prefixes of the same candidates spends at least as much: here, all of each.
         policy = PolicyOfWholeCandidates(candidates)

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..native.draft_length import batch_cost
 from ..stats import SpecStats
 
 
@@ -112,8 +113,8 @@ def cheapest_length(accepted: int, available: int, cost: np.ndarray) -> int:
 
 def step_cost(drafted: int, cost: np.ndarray) -> float:
     """A verify step of `drafted` draft tokens (a batch of drafted + 1), in single-token decodes;
-    past the curve's end, its last entry."""
-    return float(cost[min(drafted, len(cost) - 1)])
+    past the curve's end extrapolated as the draft-length policy does (:func:`batch_cost`)."""
+    return float(batch_cost(drafted + 1, np.asarray(cost, dtype=np.float64)))
 
 
 def modelled_speedup(draft_lengths: Sequence[int], generated: int, cost: np.ndarray) -> float:
