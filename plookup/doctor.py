@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import os
 import sys
+import traceback
 from collections import Counter
 from dataclasses import asdict
 
@@ -119,8 +120,8 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
 def _worker(conn, *args) -> None:
     try:
         conn.send(("ok", measure_settings(*args)))
-    except Exception as e:  # reported to the parent, which raises it
-        conn.send(("error", f"{type(e).__name__}: {e}"))
+    except Exception:  # reported to the parent with its traceback, which raises it
+        conn.send(("error", traceback.format_exc()))
 
 
 def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int) -> dict:

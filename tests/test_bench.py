@@ -377,6 +377,22 @@ def test_server_reply_becomes_a_run_record_with_the_eos_put_back():
     assert (r["drafted"], r["accepted"], r["forward_passes"]) == (4, 2, None)
 
 
+def test_a_failing_worker_reports_its_traceback(tmp_path):
+    # The bench's systems and the doctor's measurements run in processes of their own (no model
+    # here: the file is missing); the parent's error carries where the worker failed, not only what.
+    from plookup.bench.systems import WorkerSystem
+    from plookup.doctor import in_fresh_process
+    from plookup.exactness import Settings
+
+    missing = str(tmp_path / "missing.gguf")
+    with pytest.raises(RuntimeError, match="Traceback") as failed:
+        WorkerSystem("plain", dict(model_path=missing, verbose=False), max_draft=4)
+    assert "in build_local" in str(failed.value) and "ValueError: Model path does not exist" in str(failed.value)
+    with pytest.raises(RuntimeError, match="Traceback") as failed:
+        in_fresh_process(missing, Settings(), threads=1, n_ctx=256)
+    assert "in measure_settings" in str(failed.value) and "ValueError: model file not found" in str(failed.value)
+
+
 def test_bench_requires_the_plain_baseline(capsys):
     assert cli.main(["bench", "--systems", "pld"]) == 1
     assert "must include plain" in capsys.readouterr().err

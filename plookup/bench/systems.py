@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import resource
 import time
+import traceback
 from typing import Sequence
 
 import llama_cpp
@@ -153,14 +154,14 @@ def _serve(conn, name: str, model_kwargs: dict, max_draft: int, temperature: flo
         system = build_local(name, model_kwargs, max_draft, temperature, memory_path)
         system.run(WARM_UP_PROMPT, 8)  # first graph builds and kernel loads happen here
         conn.send(("ready", None))
-    except Exception as e:  # reported to the parent, which raises it
-        conn.send(("error", f"{type(e).__name__}: {e}"))
+    except Exception:  # reported to the parent with its traceback, which raises it
+        conn.send(("error", traceback.format_exc()))
         return
     while (request := conn.recv()) is not None:
         try:
             conn.send(("ok", system.run(*request)))
-        except Exception as e:
-            conn.send(("error", f"{type(e).__name__}: {e}"))
+        except Exception:
+            conn.send(("error", traceback.format_exc()))
 
 
 class WorkerSystem:
