@@ -110,3 +110,23 @@ def serving(alias: str, *options: str):
     finally:
         server.terminate()
         server.communicate(timeout=30)
+
+
+# A client that hangs up ends its generation at the engine's next step: counted in steps, which
+# /metrics reads from the engine live, not in seconds, so a bound on it holds at any decode speed.
+STEPS_AFTER_HANG_UP = 4  # 1 or 2 measured here (SmolLM2, 2 threads)
+
+
+def steps_after_hang_up(read, hang_up, before: float, under_way: int = 10) -> int:
+    """`read(name)`: a sample of the server's /metrics. Once the engine has decoded `under_way`
+    steps past `before` (a generation is running), `hang_up()`; returns the steps decoded from
+    then until no generation runs."""
+    deadline = time.monotonic() + 120  # against a hang only
+    while (at_hang_up := read("plookup_steps_total")) < before + under_way:
+        assert time.monotonic() < deadline, "the generation never got under way"
+        time.sleep(0.01)
+    hang_up()
+    while read("plookup_active_slots") != 0:
+        assert time.monotonic() < deadline, "the generation never ended"
+        time.sleep(0.01)
+    return int(read("plookup_steps_total") - at_hang_up)
