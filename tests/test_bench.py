@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import struct
 
+import matplotlib.figure
 import numpy as np
 import pytest
 
 from plookup import cli
 from plookup.draft import Branch, Candidate
+from plookup.drafters import make_drafter
 from plookup.bench.measure import (
     divergence,
     geometric_mean,
@@ -289,14 +293,29 @@ class PolicyOfWholeCandidates(CandidatesByPosition):
         return candidate.draft(len(candidate.tokens))
 
 
-def brute_force_least_cost(candidates, output, cost, pos=0):
+def brute_force_least_cost(candidates, output, cost):
     """The oracle's definition, searched exhaustively: every d <= accepted, every padding."""
-    if pos >= len(output):
-        return 0.0
-    tokens = candidates.get(pos, [])
-    a = accepted_length(tokens, output[pos:])
-    return min(min(step_cost(k, cost) for k in range(d, max(d, len(tokens)) + 1))
-               + brute_force_least_cost(candidates, output, cost, pos + d + 1) for d in range(a + 1))
+
+    @functools.cache
+    def least(pos):
+        if pos >= len(output):
+            return 0.0
+        tokens = candidates.get(pos, [])
+        a = accepted_length(tokens, output[pos:])
+        return min(min(step_cost(k, cost) for k in range(d, max(d, len(tokens)) + 1)) + least(pos + d + 1)
+                   for d in range(a + 1))
+
+    return least(0)
+
+
+def candidates_by_position(drafter, prompt, output) -> dict[int, list[int]]:
+    """The unsized candidate a drafter offers at each position of a recorded output."""
+    drafter.sync(np.asarray(prompt, dtype=np.int32))
+    found = {}
+    for pos in range(len(output)):
+        found[pos] = drafter.candidate().tokens.tolist()
+        drafter.extend(output[pos : pos + 1])
+    return found
 
 
 def test_the_oracle_finds_the_cheapest_draft_lengths():
@@ -401,7 +420,7 @@ def test_bench_requires_the_plain_baseline(capsys):
 # -- the real model, tiny
 
 
-def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys):
+def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
     workloads = tmp_path / "w.jsonl"
     lines = [
         {"name": "count", "kind": "copy", "messages": [{"role": "user", "content": "Repeat exactly: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"}]},
@@ -411,6 +430,9 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys):
     out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
     argv = ["bench", "--workload", str(workloads), "--repeats", "1", "--max-tokens", "24", "--threads", "2",
             "--n-ctx", "1024", "--max-draft", "6", "--json", str(out_json), "--plot", str(out_png)]  # fmt: skip
+    figures = []
+    savefig = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), savefig(fig, *a, **k)))
     assert cli.main(argv) == 0
     table = capsys.readouterr().out
     assert "oracle ceiling" in table and "plookup-suffix" in table
@@ -418,16 +440,36 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys):
     assert list(result["phases"]) == ["standard"]  # a workload file: no whole-file phase
     phase = result["phases"]["standard"]
     assert len(result["cost_curve"]) == 7 and result["cost_curve"][0] == 1.0 and phase["cost_curve"] == result["cost_curve"]
-    assert phase["oracle"]["speedup"] >= 1.0
+    cost = np.array(result["cost_curve"])
+    rates = np.arange(1, 8) / cost  # tokens per decode of an always-right drafter verifying n a step
+    assert phase["oracle"] == {"best_n": int(np.argmax(rates)) + 1, "speedup": pytest.approx(rates.max())}
     assert "sized by an oracle" in table and set(phase["replay_bounds"]) == {"suffix", "ngram"}
-    assert all(b["modelled"] > 0 and b["oracle_length"] >= 1.0 for b in phase["replay_bounds"].values())
+    (copy,) = [w for w in result["workloads"] if w["kind"] == "copy"]  # the bounds are over copy workloads
+    prompt, output = copy["prompt_tokens"], copy["reference_tokens"]
+    for drafter_name, bound in phase["replay_bounds"].items():
+        make = lambda: make_drafter(drafter_name, 6, cost_curve=cost)  # noqa: E731
+        candidates = candidates_by_position(make(), prompt, output)
+        # The oracle's lengths cost what an exhaustive search over the same candidates finds...
+        assert bound["oracle_length"] == pytest.approx(len(output) / brute_force_least_cost(candidates, output, cost))
+        # ...which the policy's own drafts, replayed, do not beat; on a copy they pay for themselves.
+        _, lengths = replay(make(), prompt, output)
+        assert bound["modelled"] == pytest.approx(modelled_speedup(lengths, len(output), cost))
+        assert 1.0 < bound["modelled"] <= bound["oracle_length"] + 1e-9, (drafter_name, bound)
     assert set(result["summary"]) == {"plain", "pld", "plookup-suffix", "plookup-ngram"}
     for system, per_workload in result["summary"].items():
         for name, s in per_workload.items():
             assert 0 < s["generated"] <= 24 and s["peak_rss_mib"] > 0
             # Batched verification may flip a near-tie; anything else would be a bug.
             assert s["identical"] or s["divergence"]["gap"] < NEAR_TIE["smollm2"], (system, name, s["divergence"])
-    assert out_png.stat().st_size > 10_000
+    # The plot: a bar per system and workload at its decode speedup, the ceiling's line, 15 x 5.5 in at 110 dpi.
+    (figure,) = figures
+    bars = figure.axes[0]
+    systems, names = ["pld", "plookup-suffix", "plookup-ngram"], ["count", "ask"]
+    expected = [speedup(result["summary"], system, name, "decode_tps") for system in systems for name in names]
+    assert [bar.get_height() for bar in bars.patches] == pytest.approx(expected)
+    assert [line.get_ydata()[0] for line in bars.lines] == pytest.approx([1.0, phase["oracle"]["speedup"]])
+    png = out_png.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1650, 605)
     # The recorded outputs replay without the model.
     assert cli.main(["bench", "--replay", str(out_json)]) == 0
     assert "modelled x" in capsys.readouterr().out
