@@ -140,10 +140,19 @@ def test_empty_prompt_is_an_error(smol, plain):
     assert completion(smol)["choices"][0]["text"] == completion(plain)["choices"][0]["text"]
 
 
-def test_chat_template_tokens_match_llama_cpp(smol):
-    # The test prompts are built with the model's own template, as create_chat_completion does.
-    tokens = chat_prompt_tokens(smol, [{"role": "user", "content": "hi"}])
-    assert smol.detokenize(tokens, special=True).decode().rstrip().endswith("assistant")
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": "hi"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Rename `x`:\n\nx = 1\n"},
+     {"role": "assistant", "content": "n = 1"}, {"role": "user", "content": "Again."}],
+])  # fmt: skip
+def test_chat_template_tokens_match_llama_cpp(model_pair, messages):
+    # The test prompts are built as create_chat_completion prompts the model: SmolLM2 with its
+    # GGUF's template, Gemma 3 with llama_cpp's "gemma" format. llama_cpp's own prompt is what it
+    # evaluated before its first (here only) token.
+    name, plain, _ = model_pair
+    out = plain.create_chat_completion(messages, max_tokens=1, temperature=0.0)
+    evaluated = plain.input_ids[: out["usage"]["prompt_tokens"]].tolist()
+    assert chat_prompt_tokens(plain, messages) == evaluated, name
 
 
 def test_drafts_never_reach_past_max_tokens(smol, monkeypatch):
