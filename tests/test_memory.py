@@ -341,6 +341,7 @@ def test_second_request_drafts_from_memory(model_path, smol):
     reference, gaps = greedy_with_gaps(smol, second_prompt, max_tokens)
     tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
     assert second[:tie] == reference[:tie]
+    assert tie >= 36  # the first near-tie of plain decoding is at token 41 (measured, portable build)
     print(
         f"\nrequest 2: {stats.accepted_from_memory}/{stats.accepted} accepted tokens from memory, "
         f"{len(second)} generated in {stats.forward_passes} passes; output shares "
