@@ -43,6 +43,7 @@ from .exactness import (
     recommended_settings,
     slots_exact,
 )
+from .greedy import greedy_rows
 from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
 from .verify import accept
@@ -409,6 +410,7 @@ class Llama(llama_cpp.Llama):
             # llama_cpp's own loop on sequence 0, the whole context to itself.
             if logits_processor is not None:
                 warnings.warn("plookup: logits_processor given, decoding without speculation")
+            stats.sampler = "plain"
             with self._engine.exclusive():
                 for token in super().generate(
                     tokens, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
@@ -420,7 +422,10 @@ class Llama(llama_cpp.Llama):
                     stats.generated += 1
                     yield token
             return
-        sampler = self._init_sampler(grammar=grammar, **sampling)
+        # A greedy chain without a grammar reads each row's argmax in place (plookup.greedy).
+        sampler = greedy_rows(self._n_vocab, self.last_n_tokens_size, grammar=grammar, **sampling)
+        stats.sampler = "argmax" if sampler is not None else "chain"
+        sampler = sampler or self._init_sampler(grammar=grammar, **sampling)
         if len(tokens) >= self._n_ctx:
             return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
         randomly = sampling["temp"] != 0  # llama_cpp: < 0 samples too

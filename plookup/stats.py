@@ -17,6 +17,10 @@ class SpecStats:
     prefill_tokens: int = 0  # prompt tokens evaluated for this call (the rest was cached)
     exact: Optional[bool] = None  # verify batches bitwise equal to plain decoding here (plookup doctor)
     draft_seconds: float = 0.0  # time spent in the drafter
+    sample_seconds: float = 0.0  # time sampling rows and applying the acceptance rule
+    # how rows were sampled: "argmax" (greedy, read in place: plookup.greedy), "chain" (llama.cpp's
+    # sampler chain on the host), "plain" (llama_cpp's own loop, no speculation)
+    sampler: Optional[str] = None
     accepted_from_memory: int = 0  # accepted tokens drafted from a cross-request memory
     # steps that verified two branches in one batch (drafted/accepted count the branch taken)
     branch_steps: int = 0
@@ -47,6 +51,8 @@ class SpecStats:
             "accepted_per_position": list(self.accepted_per_position),
             "drafted_per_position": list(self.drafted_per_position),
             "draft_seconds": self.draft_seconds,
+            "sample_seconds": self.sample_seconds,
+            "sampler": self.sampler,
             "accepted_from_memory": self.accepted_from_memory,
             "branch_steps": self.branch_steps,
             "alternative_taken": self.alternative_taken,

@@ -411,10 +411,19 @@ class Engine:
 
         return stop
 
+    def _accept(self, gen: Generation, draft: list[int], start: int, n_past: int, branch):
+        """The acceptance rule on the generation's rows from batch row `start` on, timed as its
+        sampling (what the host spends reading the rows)."""
+        begin = time.perf_counter()
+        try:
+            return self.llm.acceptance(draft, self._sample(gen, start), self._stop(gen, n_past, start), branch)
+        finally:
+            gen.call.stats.sample_seconds += time.perf_counter() - begin
+
     def _first_token(self, gen: Generation, row: int) -> None:
         """The first token comes from the prompt's last row, as in plain decoding: a step that
         drafts nothing is then plain's single-token decode."""
-        verdict = self.llm.acceptance([], self._sample(gen, row), self._stop(gen, gen.slot.n - 1, row))
+        verdict = self._accept(gen, [], row, gen.slot.n - 1, None)
         self._emit(gen, NO_DRAFT, NO_DRAFT, verdict)
 
     def _judge(self, gen: Generation, draft: Draft, start: int) -> None:
@@ -424,9 +433,7 @@ class Engine:
         n_past = slot.n
         rolled_back = True
         try:
-            verdict = self.llm.acceptance(
-                draft.tokens.tolist(), self._sample(gen, start), self._stop(gen, n_past, start), branch
-            )
+            verdict = self._accept(gen, draft.tokens.tolist(), start, n_past, branch)
             path = draft
             if verdict.branch_taken:
                 path = draft.fork()
