@@ -163,8 +163,10 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
     if not levels or min(levels) < 1:
         raise ValueError("--concurrency: every client count must be >= 1")
     args.max_tokens = args.max_tokens or QUICK_MAX_TOKENS
+    server = find_server(args)
     record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=model_kwargs(args)["model_path"],
-                  threads=args.threads, max_draft=args.max_draft, concurrency=run(args, model_kwargs(args), levels, note))  # fmt: skip
+                  threads=args.threads, max_draft=args.max_draft,
+                  concurrency=run(args, model_kwargs(args), levels, note, server))  # fmt: skip
     if args.json:
         write_json(args.json, record)
     if args.plot:
@@ -261,13 +263,22 @@ def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -
     return runs
 
 
-def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
-    from .llama_server import SPEC_TYPES, ServerSystem, find_llama_server
+def find_server(args: argparse.Namespace):
+    """The llama-server binary to compare against, or None (said)."""
+    from .llama_server import find_llama_server
 
     binary = find_llama_server(args.llama_server)
     if binary is None:
         where = args.llama_server or "llama-server on PATH"
         note(f"skipping llama-server systems: {where} not found (give one with --llama-server PATH)")
+    return binary
+
+
+def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
+    from .llama_server import SPEC_TYPES, ServerSystem
+
+    binary = find_server(args)
+    if binary is None:
         return []
     started = []
     for spec_type in SPEC_TYPES:

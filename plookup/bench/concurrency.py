@@ -1,7 +1,9 @@
 """`plookup bench --concurrency 1,4,8`: several clients at once on one model with N slots.
 
 For each concurrency c, one ``plookup.Llama(parallel=c)`` serves c client threads, two systems
-taking turns on it: "plain batched" (the same engine, drafting off: ``max_draft`` 0) and "plookup".
+taking turns on it: "plain batched" (the same engine, drafting off: ``max_draft`` 0) and "plookup";
+then, where a llama-server binary is given, llama-server with c slots (``-np c``, each the whole
+n_ctx), plain and with its n-gram drafters, its clients streaming.
 Workloads: copy-heavy requests (code edits, proofreading), free-form questions, and prompts of
 random tokens sampled at temperature 1.0; every prompt prefilled (no slot keeps the last run's).
 Reported per system, workload and c: aggregate completion tokens per second of wall time (prefills
@@ -14,15 +16,19 @@ is never wrong could add to c slots decoding plainly).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
 
 import numpy as np
 
 from .report import grid
 
 SYSTEMS = ("plain batched", "plookup")
+# llama-server's systems: decoding plainly (None) and its model-free drafters.
+SERVER_SPEC_TYPES = (None, "ngram-mod", "ngram-simple")
 RANDOM_TEMPERATURE = 1.0
 
 
@@ -63,11 +69,12 @@ def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, s
     return dict(start=start, times=times, forward_passes=call.stats.forward_passes, accepted=call.stats.accepted)
 
 
-def run_cell(llm, prompts: list, clients: int, max_tokens: int, temperature: float) -> dict:
-    """All `prompts` from `clients` threads at once: aggregate and per-request figures."""
+def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature: float) -> dict:
+    """All `prompts` from `clients` threads at once, each ``request(prompt, max_tokens,
+    temperature, seed)`` (:func:`timed_request`'s record): aggregate and per-request figures."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=clients) as pool:
-        done = list(pool.map(lambda a: timed_request(llm, a[1], max_tokens, temperature, a[0]), enumerate(prompts)))
+        done = list(pool.map(lambda a: request(a[1], max_tokens, temperature, a[0]), enumerate(prompts)))
     wall = time.perf_counter() - start
     tokens = sum(len(r["times"]) for r in done)
     ttft = [r["times"][0] - r["start"] for r in done if r["times"]]
@@ -78,13 +85,17 @@ def run_cell(llm, prompts: list, clients: int, max_tokens: int, temperature: flo
         decode_tokens_per_second=clients * float(np.mean(rates)) if rates else 0.0,
         ttft_p50=float(np.percentile(ttft, 50)), ttft_p95=float(np.percentile(ttft, 95)),
         itl_p50=float(np.percentile(itl, 50)) if itl else 0.0, itl_p95=float(np.percentile(itl, 95)) if itl else 0.0,
-        passes_per_token=sum(r["forward_passes"] for r in done) / max(1, tokens),
+        passes_per_token=None if any(r["forward_passes"] is None for r in done)
+        else sum(r["forward_passes"] for r in done) / max(1, tokens),
     )  # fmt: skip
 
 
-def cmd_concurrency(args, kwargs: dict, levels: list[int], note) -> dict:
-    """Every level, system and workload; prints the table, returns the record."""
+def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optional[str] = None) -> dict:
+    """Every level, system and workload; prints the table, returns the record. `server`: a
+    llama-server binary whose systems run too."""
     import plookup
+
+    from .llama_server import ServerSystem
 
     record = dict(levels=levels, max_tokens=args.max_tokens, cells=[])
     header = ["c", "workload", "system", "tok/s", "decode tok/s", "decode x plain batched", "bound",
@@ -95,31 +106,53 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note) -> dict:
         llm = plookup.Llama(parallel=clients, max_draft=args.max_draft, **kwargs)
         own = llm.drafter.max_draft
         bound = always_right_bound(llm.drafter.policy.cost, clients, own)
-        for kind, (prompts, temperature) in request_sets(llm, args.seed, args.per_kind).items():
-            prompts = (prompts * clients)[: max(clients, len(prompts))]
-            cells = {s: [] for s in SYSTEMS}
-            for _ in range(args.repeats or 1):
-                for system in SYSTEMS:  # side by side: the systems take turns on the same model
-                    llm.drafter.max_draft = 0 if system == "plain batched" else own
-                    llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
-                    cells[system].append(run_cell(llm, prompts, clients, args.max_tokens, temperature))
-                    note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
-                         f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")  # fmt: skip
-            best = {s: max(cs, key=lambda c: c["decode_tokens_per_second"]) for s, cs in cells.items()}
-            for system in SYSTEMS:
-                cell = best[system]
-                ratio = cell["decode_tokens_per_second"] / best["plain batched"]["decode_tokens_per_second"]
-                rows.append([str(clients), kind, system, f"{cell['tokens_per_second']:.1f}",
-                             f"{cell['decode_tokens_per_second']:.1f}", f"{ratio:.2f}",
-                             f"{bound:.2f}" if system == "plookup" else "",
-                             f"{cell['ttft_p50']:.2f}/{cell['ttft_p95']:.2f}",
-                             f"{1e3 * cell['itl_p50']:.0f}/{1e3 * cell['itl_p95']:.0f}", f"{cell['passes_per_token']:.2f}"])  # fmt: skip
-                record["cells"].append(dict(concurrency=clients, workload=kind, system=system, bound=bound,
-                                            runs=cells[system], best=cell))  # fmt: skip
+        sets = request_sets(llm, args.seed, args.per_kind)
+        servers = []
+        if server:
+            eos = llm.token_eos()
+            for spec in SERVER_SPEC_TYPES:
+                note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}")
+                servers.append(ServerSystem(server, spec, kwargs, eos, slots=clients))
+        systems = {s: None for s in SYSTEMS} | {s.name: s for s in servers}
+        try:
+            for kind, (prompts, temperature) in sets.items():
+                prompts = (prompts * clients)[: max(clients, len(prompts))]
+                cells = {s: [] for s in systems}
+                for _ in range(args.repeats or 1):
+                    for system, remote in systems.items():  # side by side: the systems take turns
+                        if remote is None:
+                            llm.drafter.max_draft = 0 if system == "plain batched" else own
+                            llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
+                            request = functools.partial(timed_request, llm)
+                        else:
+                            request = remote.stream
+                        cells[system].append(run_cell(request, prompts, clients, args.max_tokens, temperature))
+                        note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
+                             f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")  # fmt: skip
+                add_rows(rows, record, clients, kind, bound, cells)
+        finally:
+            for remote in servers:
+                remote.close()
         llm.drafter.max_draft = own
         del llm
     print(grid(header, rows))
     return record
+
+
+def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, cells: dict) -> None:
+    """The table's rows and the record's cells of one level and workload: each system's best run."""
+    best = {s: max(cs, key=lambda c: c["decode_tokens_per_second"]) for s, cs in cells.items()}
+    for system in cells:
+        cell = best[system]
+        ratio = cell["decode_tokens_per_second"] / best["plain batched"]["decode_tokens_per_second"]
+        rows.append([str(clients), kind, system, f"{cell['tokens_per_second']:.1f}",
+                     f"{cell['decode_tokens_per_second']:.1f}", f"{ratio:.2f}",
+                     f"{bound:.2f}" if system == "plookup" else "",
+                     f"{cell['ttft_p50']:.2f}/{cell['ttft_p95']:.2f}",
+                     f"{1e3 * cell['itl_p50']:.0f}/{1e3 * cell['itl_p95']:.0f}",
+                     "-" if cell["passes_per_token"] is None else f"{cell['passes_per_token']:.2f}"])  # fmt: skip
+        record["cells"].append(dict(concurrency=clients, workload=kind, system=system, bound=bound,
+                                    runs=cells[system], best=cell))  # fmt: skip
 
 
 def plot(path: str, record: dict) -> None:
@@ -131,8 +164,9 @@ def plot(path: str, record: dict) -> None:
 
     kinds = list(dict.fromkeys(c["workload"] for c in record["cells"]))
     fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 4), squeeze=False)
+    systems = list(dict.fromkeys(c["system"] for c in record["cells"]))
     for ax, kind in zip(axes[0], kinds):
-        for system in SYSTEMS:
+        for system in systems:
             cells = [c for c in record["cells"] if c["workload"] == kind and c["system"] == system]
             ax.plot([c["concurrency"] for c in cells], [c["best"]["decode_tokens_per_second"] for c in cells],
                     marker="o", label=f"{system}, decoding")

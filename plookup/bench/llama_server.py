@@ -1,8 +1,10 @@
 """llama.cpp's own model-free drafters, through a `llama-server` binary, as a bench system.
 
-The server is started on 127.0.0.1 at a free port with one slot and the bench's model, context and
-threads; each run POSTs the prompt tokens to /completion with prompt caching off and reads the
-server's own timings and draft counters.
+The server is started on 127.0.0.1 at a free port with the bench's model, context and threads, one
+slot (``-np 1``) or, for ``plookup bench --concurrency``, as many as clients (each with the whole
+n_ctx, as plookup's slots have); each run POSTs the prompt tokens to /completion with prompt
+caching off and reads the server's own timings and draft counters, or, streamed
+(:meth:`ServerSystem.stream`), the time each token reached the client.
 """
 
 from __future__ import annotations
@@ -45,16 +47,20 @@ def _peak_rss_mib(pid: int) -> Optional[float]:
 
 
 class ServerSystem:
-    def __init__(self, binary: str, spec_type: str, model_kwargs: dict, eos_token: int):
-        self.name = f"server-{spec_type}"
+    """`spec_type` None: the server decodes without drafting."""
+
+    def __init__(self, binary: str, spec_type: Optional[str], model_kwargs: dict, eos_token: int, slots: int = 1):
+        self.name = f"server-{spec_type or 'plain'}"
         self.eos_token = eos_token
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         threads = str(model_kwargs["n_threads"])
+        flags = ["--spec-type", spec_type] if spec_type else []
+        # llama_cpp's default is off, the server's auto (on here): the same for both.
+        flags += ["-fa", "on" if model_kwargs.get("flash_attn") else "off"]
         self.process = subprocess.Popen(
             [binary, "-m", model_kwargs["model_path"], "--host", "127.0.0.1", "--port", str(port),
-             "-c", str(model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", "1",
-             "--spec-type", spec_type],
+             "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots), *flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + STARTUP_SECONDS
@@ -82,6 +88,24 @@ class ServerSystem:
             reply = json.load(r)
         total = time.perf_counter() - start
         return server_record(reply, total, self.eos_token, _peak_rss_mib(self.process.pid))
+
+    def stream(self, prompt: Sequence[int], max_tokens: int, temperature: float, seed: int) -> dict:
+        """One streamed request of exactly `max_tokens` tokens (past end-of-generation, as the
+        concurrency bench's own systems run): the time each token reached the client."""
+        body = dict(prompt=list(map(int, prompt)), n_predict=max_tokens, temperature=temperature, seed=seed,
+                    cache_prompt=False, ignore_eos=True, stream=True, return_tokens=True)  # fmt: skip
+        request = urllib.request.Request(
+            f"{self.url}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        start, times = time.perf_counter(), []
+        with urllib.request.urlopen(request) as r:
+            for line in r:
+                if not line.startswith(b"data: "):
+                    continue
+                chunk = json.loads(line[len(b"data: ") :])
+                now = time.perf_counter()
+                times += [now] * len(chunk.get("tokens") or ())
+        return dict(start=start, times=times[:max_tokens], forward_passes=None, accepted=None)
 
     def close(self) -> None:
         self.process.terminate()

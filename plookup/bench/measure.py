@@ -10,6 +10,7 @@ import math
 import statistics
 from typing import Callable, Iterable, Optional, Sequence
 
+from .host import host_microseconds
 from .plain import first_divergence
 
 BASELINE = "plain"
@@ -73,6 +74,7 @@ def summarize(records: Sequence[dict], reference: Sequence[int], gaps: Sequence[
     passes = None if any(r["forward_passes"] is None for r in records) else total("forward_passes")
     diverged = [d for d in (divergence(reference, gaps, r["tokens"]) for r in records) if d]
     rss = [r["peak_rss_mib"] for r in records if r["peak_rss_mib"] is not None]
+    timed = all("host_s" in r for r in records)  # in-process systems; a server reports no host time
     return {
         "prefill_s": median("prefill_s"),
         "ttft_s": median("ttft_s"),
@@ -89,6 +91,8 @@ def summarize(records: Sequence[dict], reference: Sequence[int], gaps: Sequence[
         "drafted_per_position": drafted_at,
         "accepted_per_position": accepted_at,
         "peak_rss_mib": max(rss) if rss else None,
+        "host_us_per_token": host_microseconds(records, "token") if timed else None,
+        "host_us_per_decode": host_microseconds(records, "decode") if timed else None,
         "identical": not diverged,
         "divergence": diverged[0] if diverged else None,
         "tokens": records[0]["tokens"],

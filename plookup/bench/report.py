@@ -7,6 +7,7 @@ import time
 from typing import Sequence
 
 from ..tables import grid
+from .host import PARTS
 from .measure import acceptance_by_position, pool_positions, speedup
 
 PLOTTED_POSITIONS = 16
@@ -54,6 +55,9 @@ def print_results(summary, kinds, cost, oracle, overview, pairs, bounds, drafter
         for name, bound in bounds.items():
             print(f"  {name:8s} {bound['modelled']:.2f}x as sized by plookup's policy, "
                   f"{bound['oracle_length']:.2f}x sized by an oracle that knows how many are accepted")
+    print("\nhost time outside llama_decode (median over runs, workloads pooled by kind), "
+          "us per generated token | per decode:")
+    print(host_table(summary, kinds))
     print("\nacceptance by draft position, copy-heavy workloads:")
     print("\n".join(acceptance_lines(summary, copy)))
     print("\ndrafter time per step (extend 1 token + propose), by tokens indexed:")
@@ -87,6 +91,25 @@ def workload_table(summary: dict, kinds: dict[str, str]) -> str:
                 _fmt(r["passes_per_token"], ".2f"), f"{r['draft_s'] * 1000:.1f}",
                 _fmt(r["peak_rss_mib"], ".0f"), _identity(r),
             ))  # fmt: skip
+    return grid(header, rows)
+
+
+def host_table(summary: dict, kinds: dict[str, str]) -> str:
+    """Per system and kind of workload: host µs per token and per decode, in all and by part,
+    each the mean over the kind's workloads of the median over runs."""
+    header = ["system", "workloads", *(f"{p} us/tok" for p in ("host", *PARTS)), "host us/decode", "sample us/decode"]
+    rows = []
+    for system in summary:
+        for kind in dict.fromkeys(kinds.values()):
+            cells = [summary[system][w] for w, k in kinds.items() if k == kind]
+            if any(c["host_us_per_token"] is None for c in cells):
+                continue
+
+            def mean(key, part):
+                return sum(c[key][part] for c in cells) / len(cells)
+
+            rows.append([system, kind, *(f"{mean('host_us_per_token', p):.0f}" for p in ("host", *PARTS)),
+                         f"{mean('host_us_per_decode', 'host'):.0f}", f"{mean('host_us_per_decode', 'sample'):.0f}"])  # fmt: skip
     return grid(header, rows)
 
 

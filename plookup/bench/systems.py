@@ -22,6 +22,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from ..memory import GlobalMemory
 from ..stats import SpecStats
+from .host import DecodeClock, host_record
 from .replay import score_drafts
 
 IN_PROCESS_SYSTEMS = ("plain", "pld", "plookup-suffix", "plookup-ngram")
@@ -70,6 +71,7 @@ class LocalSystem:
         self.llm = llm
         self.temperature = temperature
         self.runs = 0
+        self.clock = DecodeClock(llm)
 
     def run(self, prompt: Sequence[int], max_tokens: int) -> dict:
         llm, prompt = self.llm, list(prompt)
@@ -83,6 +85,7 @@ class LocalSystem:
         # Prefill timed on its own: generate() then finds all but the last prompt token cached.
         llm.eval(prompt[:-1])
         prefill = time.perf_counter() - start
+        self.clock.reset()
         tokens: list[int] = []
         first = None
         generator = llm.generate(prompt, temp=self.temperature, repeat_penalty=1.0)
@@ -103,7 +106,8 @@ class LocalSystem:
             stats = llm.last_stats
         else:
             stats = SpecStats(forward_passes=len(tokens), generated=len(tokens))
-        return run_record(tokens, prefill, first if first is not None else total, total, stats, peak_rss_mib())
+        record = run_record(tokens, prefill, first if first is not None else total, total, stats, peak_rss_mib())
+        return dict(record, **host_record(total - prefill, self.clock, stats))
 
 
 def run_record(tokens, prefill_s, ttft_s, total_s, stats: SpecStats, rss_mib) -> dict:
