@@ -73,6 +73,11 @@ def register(commands) -> None:
     bench.add_argument("--replay", metavar="FILE",
                        help="no model: replay the drafters on outputs recorded by --json (or JSONL of "
                             "prompt_tokens/output_tokens)")  # fmt: skip
+    bench.add_argument("--cost-curve", metavar="FILE|flat",
+                       help="with --replay: model the drafts under this verify-cost curve instead of the recorded "
+                            "one, e.g. another machine's (plookup doctor --json, plookup bench --json, or a JSON "
+                            "list of costs relative to one token); flat: every batch up to max-draft + 1 tokens "
+                            "costs one decode, the limit of memory-bound hardware")  # fmt: skip
     bench.add_argument("--concurrency", metavar="LIST",
                        help="e.g. 1,4,8: instead of the single-stream comparison, that many clients at once on "
                             "a model with as many slots, plain batched vs plookup (see plookup.bench.concurrency)")  # fmt: skip
@@ -112,6 +117,8 @@ class Phase:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.cost_curve and not args.replay:
+        raise ValueError("--cost-curve models a recorded run's drafts: give the run with --replay FILE")
     if args.replay:
         return cmd_replay(args)
     if args.concurrency:
@@ -305,8 +312,39 @@ def replay_bounds(cases, kinds: dict[str, str], cost, max_draft: int) -> dict[st
     return bounds
 
 
+def given_cost_curve(spec: str, max_draft: int) -> np.ndarray:
+    """``--cost-curve``: "flat", or the first curve in a JSON file: a list of costs, or a file
+    holding one under "cost_curve" (plookup bench) or "cost" (plookup doctor, a cached curve)."""
+    from ..policy import validate_cost_curve
+
+    if spec == "flat":
+        return np.ones(max_draft + 1)
+
+    def find(value):
+        if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+            return value
+        children = [value.get("cost_curve"), value.get("cost"), *value.values()] if isinstance(value, dict) else (
+            value if isinstance(value, list) else [])  # fmt: skip
+        return next((c for c in map(find, children) if c is not None), None)
+
+    try:
+        with open(spec, encoding="utf-8") as f:
+            curve = find(json.load(f))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--cost-curve {spec}: {e}") from None
+    if curve is None:
+        raise ValueError(f"--cost-curve {spec}: no cost curve in it (a list of numbers, or one under 'cost_curve' or 'cost')")
+    try:
+        return validate_cost_curve(curve)
+    except ValueError as e:
+        raise ValueError(f"--cost-curve {spec}: {e}") from None
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     cases, cost = load_recorded(args.replay)
+    if args.cost_curve:
+        cost = given_cost_curve(args.cost_curve, args.max_draft)
+        note(f"costing the drafts with {args.cost_curve}: {' '.join(f'{c:.2f}' for c in cost)}")
     header = ["workload", "drafter", "tokens", "drafted", "accepted", "mean acc", "passes/tok"]
     # With the recorded cost curve: the drafter's speed, and the best any draft-length policy could
     # reach with the same candidates (an oracle's cheapest lengths, replay.best_lengths).
