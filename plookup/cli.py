@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from . import doctor
+from . import corpus_command, doctor
 from .bench import command as bench
 from .models import MODEL_NAMES, QUANTS, resolve_model
 from .options import add_drafter_option, add_model_options, load_llama, save_memory
@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.register(commands)
     serve.register(commands)
     doctor.register(commands)
+    corpus_command.register(commands)
     return parser
 
 
