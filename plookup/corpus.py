@@ -41,6 +41,7 @@ MAGIC = b"PLKCORPS"
 VERSION = 1
 PRELUDE = struct.Struct("<8sIIII")
 ALIGN = 64
+MAX_TOKEN = 2**24  # bounds the first-token table (vocabularies hold well under 2**24 ids)
 DEFAULT_MAX_MATCH = 32
 TOKENIZER_THREADS = 2
 EMPTY_TOKENS = np.zeros(0, np.int32)
@@ -67,8 +68,9 @@ class CorpusIndex:
 
     def __init__(self, text: np.ndarray, suffixes: np.ndarray, vocabulary: str = "",
                  sources: Iterable[str] = (), path: Optional[str] = None):  # fmt: skip
-        self._text, self._sa = text, suffixes
-        self._starts = sa_kernels.first_token_starts(text)
+        self._text, self._sa = text.view(), suffixes.view()
+        self._text.flags.writeable = self._sa.flags.writeable = False
+        self._starts = sa_kernels.first_token_starts(text)  # 4 bytes per id up to the largest
         self.vocabulary = vocabulary
         self.sources = list(sources)
         self.path = path
@@ -79,6 +81,8 @@ class CorpusIndex:
                        sources: Optional[Iterable[str]] = None) -> "CorpusIndex":  # fmt: skip
         """An index over `documents` (token sequences; empty ones are dropped) for `vocabulary`."""
         docs = [d for d in map(_document, documents) if d.size]
+        if docs and max(int(d.max()) for d in docs) > MAX_TOKEN:
+            raise ValueError(f"token ids above {MAX_TOKEN} are no vocabulary's")
         if docs:
             ends = np.cumsum([d.size for d in docs])
             text = np.insert(np.concatenate(docs), ends, np.int32(SEP)).astype(np.int32)
@@ -178,7 +182,8 @@ class CorpusIndex:
             raise ValueError(f"{path}: corrupt corpus index (data checksum mismatch)")
         text, sa = text.astype(np.int32, copy=False), sa.astype(np.int32, copy=False)  # native order
         documents = n_text - n_sa
-        if n_text and (text[-1] != SEP or (n_sa and (int(sa.min()) < 0 or int(sa.max()) >= n_text))):
+        if n_text and (text[-1] != SEP or (n_sa and (int(sa.min()) < 0 or int(sa.max()) >= n_text))
+                       or int(text.min()) < 0 or int(text[text != SEP].max(initial=0)) > MAX_TOKEN):  # fmt: skip
             raise ValueError(f"{path}: corrupt corpus index (arrays out of range)")
         if documents != header["documents"] or (verify and int(np.count_nonzero(text == SEP)) != documents):
             raise ValueError(f"{path}: corrupt corpus index (document count does not add up)")

@@ -128,7 +128,11 @@ class Ignores:
         return verdict
 
 
-def _walk(folder: Path, ignores: Ignores, out: Collected) -> Iterator[Path]:
+def _walk(folder: Path, ignores: Ignores, out: Collected, inside: frozenset = frozenset()) -> Iterator[Path]:
+    real = os.path.realpath(folder)
+    if real in inside:  # a link back to a folder being walked
+        return
+    inside = inside | {real}
     ignores = ignores.entering(folder)
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -143,7 +147,7 @@ def _walk(folder: Path, ignores: Ignores, out: Collected) -> Iterator[Path]:
         if ignores.ignored(path, is_folder):
             out.skipped["ignored"].append(path)
         elif is_folder:
-            yield from _walk(path, ignores, out)
+            yield from _walk(path, ignores, out, inside)
         elif entry.is_file():
             yield path
 

@@ -340,3 +340,22 @@ def test_cli_build(tree, tmp_path, capsys):
     summary = capsys.readouterr().out
     assert "5 files indexed" in summary and "1 binary" in summary and f"{out.stat().st_size} bytes" in summary
     assert len(CorpusIndex.load(out, vocabulary="fake")) > 0
+
+
+def test_arrays_out_of_range_refused_even_with_a_valid_checksum(saved, tmp_path):
+    index, _ = saved
+    suffixes = index._sa.copy()
+    suffixes[0] = 10**6  # a position past the text: the kernels would read outside it
+    forged = CorpusIndex(index.text, suffixes, "V1")
+    path = tmp_path / "forged.plc"
+    forged.save(path)
+    with pytest.raises(ValueError, match=f"{path}: corrupt corpus index \\(arrays out of range\\)"):
+        CorpusIndex.load(path)
+    with pytest.raises(ValueError, match="token ids above"):
+        CorpusIndex.from_documents([[1, 2**30]])
+
+
+def test_a_link_back_up_the_tree_is_walked_once(tree):
+    (tree / "pkg" / "loop").symlink_to(tree)
+    files = collect([tree]).files
+    assert len(files) == len({p.resolve() for p in files}) and tree / "pkg" / "code.py" in files
