@@ -100,10 +100,13 @@ def text(result) -> str:
 
 SETTINGS = {
     "json_grammar": dict(grammar=True),
-    "frequency_penalty": dict(frequency_penalty=0.5),
-    "presence_penalty": dict(presence_penalty=0.5),
+    # On this proofreading prompt plain's answer with either penalty leaves the one without it at
+    # token 16, before its first near-tie (17).
+    "frequency_penalty": dict(frequency_penalty=1.0),
+    "presence_penalty": dict(presence_penalty=1.0),
     "repeat_penalty_1.1": dict(repeat_penalty=1.1),
 }
+PENALISED = WORKLOADS["proofread:random"]
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -113,7 +116,7 @@ def test_greedy_with_grammar_or_penalty_is_plains_until_near_tie(plain, smol, se
         prompt = smol.tokenize(JSON_PROMPT.encode())
         settings["grammar"] = llama_cpp.LlamaGrammar.from_string(JSON_GBNF, verbose=False)
     else:
-        prompt = chat_prompt_tokens(smol, EDIT.messages)
+        prompt = chat_prompt_tokens(smol, (EDIT if "repeat_penalty" in settings else PENALISED).messages)
     reference, gaps = chain_greedy(plain, prompt, 40, **settings)
     if "grammar" in settings:  # a fresh grammar state for each generation
         settings["grammar"] = llama_cpp.LlamaGrammar.from_string(JSON_GBNF, verbose=False)
@@ -124,13 +127,14 @@ def test_greedy_with_grammar_or_penalty_is_plains_until_near_tie(plain, smol, se
 
 def test_response_format_json_object_is_plains(plain, smol):
     """create_chat_completion(response_format=json_object) builds llama_cpp's JSON grammar: the
-    same text as plain llama_cpp until the near-tie, and valid JSON."""
-    messages = [{"role": "user", "content": JSON_PROMPT}]
+    same text as plain's chain with that grammar until the near-tie. Unconstrained, SmolLM2
+    answers this question in prose."""
+    messages = [{"role": "user", "content": "Who is Alice Smith? Answer in one sentence."}]
     grammar = llama_cpp.LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-    reference, gaps = chain_greedy(plain, chat_prompt_tokens(smol, messages), 48, grammar=grammar)
+    reference, gaps = chain_greedy(plain, chat_prompt_tokens(smol, messages), 32, grammar=grammar)
     expected = plain.detokenize(reference[: first_near_tie(gaps, TIE)]).decode()
-    assert len(expected) >= 40
-    got = smol.create_chat_completion(messages, max_tokens=48, temperature=0.0, response_format={"type": "json_object"})
+    assert expected.startswith("{") and len(expected) >= 16
+    got = smol.create_chat_completion(messages, max_tokens=32, temperature=0.0, response_format={"type": "json_object"})
     assert text(got).startswith(expected), (text(got), expected)
     assert got["usage"]["speculative"]["accepted"] > 0
 
