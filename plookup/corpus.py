@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import json
 import mmap
 import struct
@@ -214,7 +215,7 @@ class CorpusReport:
     files: int = 0  # files indexed
     tokens: int = 0
     replaced: int = 0  # files with bytes that are not UTF-8 (now U+FFFD)
-    skipped: dict = dataclasses.field(default_factory=dict)  # reason -> paths ("empty" too)
+    skipped: dict = dataclasses.field(default_factory=dict)  # reason -> paths (also "empty", "duplicate")
     seconds: float = 0.0
 
     def summary(self, path=None, nbytes: Optional[int] = None) -> str:
@@ -262,16 +263,20 @@ def build_corpus(paths: Iterable, tokenizer, max_file_bytes: int = DEFAULT_MAX_F
     started = time.perf_counter()
     tokenize, vocabulary = _tokenizer(tokenizer)
     collected = collect(paths, max_file_bytes)
-    report = CorpusReport(skipped={**collected.skipped, "empty": []})
-    docs, sources, files = [], [], collected.files
+    report = CorpusReport(skipped={**collected.skipped, "empty": [], "duplicate": []})
+    docs, sources, files, seen = [], [], collected.files, set()
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
         results = pool.map(lambda path: _read_and_tokenize(path, tokenize), files)
         for done, (path, (skip, tokens, replaced)) in enumerate(zip(files, results)):
             if progress is not None:
                 progress(done + 1, len(files), path)
+            digest = None if skip else hashlib.sha256(tokens).digest()
+            if digest in seen:  # a copy adds no string, only counts: the first stands for both
+                skip = "duplicate"
             if skip is not None:
                 report.skipped[skip].append(path)
                 continue
+            seen.add(digest)
             docs.append(tokens)
             sources.append(str(path))
             report.replaced += replaced

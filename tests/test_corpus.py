@@ -258,6 +258,7 @@ def tree(tmp_path):
     (root / "pkg" / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0" + bytes(range(256)))
     (root / "pkg" / "big.txt").write_text("x" * 5000)
     (root / "pkg" / "empty.txt").write_text("")
+    (root / "pkg" / "copy.py").write_text("def add(a, b):\n    return a + b\n")
     (root / "secret.env").write_text("TOKEN=1\n")
     (root / ".gitignore").write_text("*.env\n")
     (root / ".git").mkdir()
@@ -287,6 +288,7 @@ def test_build_from_tree_skips_what_it_must(tree, tmp_path):
     assert names == {".gitignore", "code.py", "latin.txt", "broken.txt"}
     assert {r: sorted(p.name for p in ps) for r, ps in report.skipped.items() if ps} == {
         "binary": ["image.png"], "ignored": ["secret.env"], "too large": ["big.txt"], "empty": ["empty.txt"],
+        "duplicate": ["copy.py"],  # the same text as code.py, read first
     }  # fmt: skip
     assert report.replaced == 2 and report.files == 4 and report.tokens == len(index)
     docs = {p.split("/")[-1]: d for p, d in zip(index.sources, np.split(index.text, np.flatnonzero(index.text == SEP) + 1))}
