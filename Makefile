@@ -65,7 +65,7 @@ test-slow: install
 # wherever the probe finds verify batches exact (CI runs this leg after `make test`, which has run
 # the tests that hold in any build).
 test-exact: install
-	$(PY) -m pytest -q --durations=10 tests/test_exact.py tests/test_doctor.py \
+	$(PY) -m pytest -q --durations=10 tests/test_exact.py tests/test_doctor.py tests/test_claims.py \
 		tests/test_sampling.py::test_same_seed_same_text -k "not nothing_is_drafted and not prefill_makes_plain"
 
 # aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
