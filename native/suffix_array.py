@@ -142,7 +142,10 @@ def _range(text, sa, starts, context, begin, end):
     lo = _lower(text, sa, lo, hi, context, begin + 1, end, 1)
     if lo == hi or _compare(text, sa[lo] + 1, context, begin + 1, end) != 0:
         return lo, lo
-    return lo, _upper(text, sa, lo, hi, context, begin + 1, end, 1)
+    step = 1  # gallop to the end of the matches: few, usually, in a large first-token range
+    while lo + step < hi and _compare(text, sa[lo + step] + 1, context, begin + 1, end) == 0:
+        step *= 2
+    return lo, _upper(text, sa, lo + step // 2, min(lo + step, hi), context, begin + 1, end, 1)
 
 
 @njit(cache=True)

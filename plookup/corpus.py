@@ -111,7 +111,12 @@ class CorpusIndex:
         most frequent continuation (see :mod:`plookup.native.suffix_array` for the exact rule)."""
         if self._sa.size == 0 or max_match < 1:
             return NO_MATCH
-        context = as_token_array(np.asarray(context)[-max_match:])
+        context = np.asarray(context)
+        if context.dtype != np.int32 and context.dtype != np.int64:  # (the kernels take both)
+            context = as_token_array(context)
+        elif context.ndim != 1:
+            raise ValueError(f"tokens must be a 1-D sequence, got {context.ndim}-D")
+        context = context[-max_match:]
         length, count, tokens, counts, agree = sa_kernels.corpus_lookup(
             self._text, self._sa, self._starts, context, int(max_match), int(max_draft)
         )
