@@ -266,8 +266,8 @@ def build_corpus(paths: Iterable, tokenizer, max_file_bytes: int = DEFAULT_MAX_F
     (llama.cpp's tokenizer runs without the GIL). ``progress(done, total, path)`` is called as each
     file is done."""
     started = time.perf_counter()
+    collected = collect(paths, max_file_bytes)  # a missing path is reported before a model loads
     tokenize, vocabulary = _tokenizer(tokenizer)
-    collected = collect(paths, max_file_bytes)
     report = CorpusReport(skipped={**collected.skipped, "empty": [], "duplicate": []})
     docs, sources, files, seen = [], [], collected.files, set()
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:

@@ -341,7 +341,10 @@ def test_cli_build(tree, tmp_path, capsys):
         corpus._tokenizer = original
     summary = capsys.readouterr().out
     assert "5 files indexed" in summary and "1 binary" in summary and f"{out.stat().st_size} bytes" in summary
-    assert len(CorpusIndex.load(out, vocabulary="fake")) > 0
+    assert "1 duplicate" in summary and len(CorpusIndex.load(out, vocabulary="fake")) > 0
+    missing = tmp_path / "missing"  # reported before any tokenizer loads (-m names no model here)
+    assert cli.main(["corpus", "build", str(missing), "-o", str(out), "-m", str(missing)]) == 1
+    assert f"plookup corpus: {missing}: no such file or folder" in capsys.readouterr().err
 
 
 def test_arrays_out_of_range_refused_even_with_a_valid_checksum(saved, tmp_path):
