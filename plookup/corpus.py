@@ -117,10 +117,9 @@ class CorpusIndex:
         elif context.ndim != 1:
             raise ValueError(f"tokens must be a 1-D sequence, got {context.ndim}-D")
         context = context[-max_match:]
-        length, count, tokens, counts, agree = sa_kernels.corpus_lookup(
+        return CorpusMatch._make(sa_kernels.corpus_lookup(  # (numba returns Python ints)
             self._text, self._sa, self._starts, context, int(max_match), int(max_draft)
-        )
-        return CorpusMatch(int(length), int(count), tokens, counts, agree)
+        ))  # fmt: skip
 
     def warm_up(self) -> None:
         """Compile (or load from numba's cache) the lookup kernels now."""
