@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
+import llama_cpp
 import numpy as np
 
 from .report import grid
@@ -58,14 +59,18 @@ def request_sets(llm, seed: int, per_kind: int) -> dict[str, tuple[list[list[int
 
 
 def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> dict:
-    """One request's tokens and the time each reached its client."""
+    """One request's tokens, up to `max_tokens` or its end-of-generation token (included, as
+    every system of the bench counts it), and the time each reached its client."""
     start = time.perf_counter()
     times = []
+    vocab = llm._model.vocab
     with llm.request() as call:
         call.max_tokens = max_tokens
         call.seed = seed
-        for _ in itertools.islice(llm.generate(prompt, temp=temperature), max_tokens):
+        for token in itertools.islice(llm.generate(prompt, temp=temperature), max_tokens):
             times.append(time.perf_counter())
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                break
     return dict(start=start, times=times, forward_passes=call.stats.forward_passes, accepted=call.stats.accepted)
 
 

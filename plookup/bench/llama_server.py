@@ -90,10 +90,10 @@ class ServerSystem:
         return server_record(reply, total, self.eos_token, _peak_rss_mib(self.process.pid))
 
     def stream(self, prompt: Sequence[int], max_tokens: int, temperature: float, seed: int) -> dict:
-        """One streamed request of exactly `max_tokens` tokens (past end-of-generation, as the
-        concurrency bench's own systems run): the time each token reached the client."""
+        """One streamed request of up to `max_tokens` tokens: the time each token reached the
+        client, the end-of-generation token included (the server does not send it)."""
         body = dict(prompt=list(map(int, prompt)), n_predict=max_tokens, temperature=temperature, seed=seed,
-                    cache_prompt=False, ignore_eos=True, stream=True, return_tokens=True)  # fmt: skip
+                    cache_prompt=False, stream=True, return_tokens=True)  # fmt: skip
         request = urllib.request.Request(
             f"{self.url}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
@@ -105,6 +105,8 @@ class ServerSystem:
                 chunk = json.loads(line[len(b"data: ") :])
                 now = time.perf_counter()
                 times += [now] * len(chunk.get("tokens") or ())
+                if chunk.get("stop") and chunk.get("stop_type") == "eos":
+                    times.append(now)
         return dict(start=start, times=times[:max_tokens], forward_passes=None, accepted=None)
 
     def close(self) -> None:
