@@ -43,7 +43,7 @@ from .exactness import (
     recommended_settings,
     slots_exact,
 )
-from .greedy import greedy_rows
+from .greedy import GreedyRows, greedy_rows, logits_row
 from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
 from .verify import accept
@@ -424,7 +424,7 @@ class Llama(llama_cpp.Llama):
             return
         # A greedy chain without a grammar reads each row's argmax in place (plookup.greedy).
         sampler = greedy_rows(self._n_vocab, self.last_n_tokens_size, grammar=grammar, **sampling)
-        stats.sampler = "argmax" if sampler is not None else "chain"
+        stats.sampler = GreedyRows.name if sampler is not None else "chain"
         sampler = sampler or self._init_sampler(grammar=grammar, **sampling)
         if len(tokens) >= self._n_ctx:
             return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
@@ -453,4 +453,4 @@ class Llama(llama_cpp.Llama):
         return [future.result() for future in futures]
 
     def _logits_row(self, i: int) -> np.ndarray:
-        return np.ctypeslib.as_array(self._ctx.get_logits_ith(i), shape=(self._n_vocab,))
+        return logits_row(self._ctx, i, self._n_vocab)

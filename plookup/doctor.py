@@ -107,7 +107,8 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
     cost = measure_cost_curve(llm)
     best_n, ceiling = oracle_speedup(cost)
     prompt_tps, decode_tps = measure_speeds(llm)
-    return dict(
+    host = measure_host(llm)
+    return dict(host=host,
         settings=asdict(settings), invariant=invariance.invariant, summary=invariance.summary(),
         single_rows=invariance.rows(two_branch=False), branch_rows=invariance.rows(two_branch=True),
         max_delta=max(c.max_delta for c in invariance.checks), checks=[asdict(c) for c in invariance.checks],
@@ -115,6 +116,38 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
         slot_rows={layout: (sum(c.equal for c in slots if c.layout == layout), sum(c.rows for c in slots if c.layout == layout))
                    for layout in ("unified", "streams")},
     )  # fmt: skip
+
+
+def measure_host(llm, tokens: int = 48) -> dict:
+    """Host µs outside llama_decode per generated token and per decode, and ms inside a decode:
+    drafting nothing (random tokens), and drafting (a prompt that repeats)."""
+    import time
+
+    import numpy as np
+
+    from .bench.host import DecodeClock
+
+    clock, own = DecodeClock(llm), llm.drafter.max_draft
+    random = np.random.default_rng(2).integers(100, llm.n_vocab(), 64).tolist()
+    cases = {"no draft": (random, 0), "drafting": (list(range(300, 340)) * 3, own)}
+    out = {}
+    try:
+        for name, (prompt, max_draft) in cases.items():
+            llm.drafter.max_draft = max_draft
+            llm.reset()
+            llm.eval(prompt[:-1])
+            clock.reset()
+            start = time.perf_counter()
+            for n, _ in enumerate(llm.generate(prompt, temp=0.0, repeat_penalty=1.0), 1):
+                if n >= tokens:
+                    break
+            host = time.perf_counter() - start - clock.decode_seconds
+            out[name] = dict(us_per_token=1e6 * host / tokens, us_per_decode=1e6 * host / clock.decodes,
+                             decode_ms=1e3 * clock.decode_seconds / clock.decodes)  # fmt: skip
+    finally:
+        llm.drafter.max_draft = own
+        llm.reset()
+    return out
 
 
 def _worker(conn, *args) -> None:
@@ -143,13 +176,13 @@ def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int) ->
 def render(report: dict) -> str:
     types = ", ".join(f"{t} {n}" for t, n in report["tensor_types"].items())
     header = ("setting", "exact", "single rows", "two-branch rows", "beside a 2nd slot: unified / streams", "max |Δ|",
-              "ceiling", "prompt tok/s", "decode tok/s")  # fmt: skip
+              "ceiling", "prompt tok/s", "decode tok/s", "host us/tok: no draft | drafting, per step")  # fmt: skip
     rows = []
     for c in report["configs"]:
         rows.append((
             Settings(**c["settings"]).label(), "yes" if c["invariant"] else "no",
             "{}/{}".format(*c["single_rows"]), "{}/{}".format(*c["branch_rows"]), _slot_rows(c), f"{c['max_delta']:.2g}",
-            f"{c['ceiling']:.2f}x (n={c['best_n']})", f"{c['prompt_tps']:.0f}", f"{c['decode_tps']:.1f}",
+            f"{c['ceiling']:.2f}x (n={c['best_n']})", f"{c['prompt_tps']:.0f}", f"{c['decode_tps']:.1f}", _host(c),
         ))  # fmt: skip
     lines = [
         f"model: {report['model']}",
@@ -163,6 +196,16 @@ def render(report: dict) -> str:
         lines.append(f"  requantized to {quant}: ceiling {ceiling:.2f}x")
     lines += ["", "advice:"] + [f"- {line}" for line in report["advice"]]
     return "\n".join(lines)
+
+
+def _host(config: dict) -> str:
+    """Host time per token outside llama_decode, beside the decode's own time."""
+    host = config.get("host")  # (reports saved before it was measured lack it)
+    if not host:
+        return "-"
+    free, drafting = host["no draft"], host["drafting"]
+    return (f"{free['us_per_token']:.0f} ({free['decode_ms']:.1f} ms a decode) | "
+            f"{drafting['us_per_token']:.0f}, {drafting['us_per_decode']:.0f}")
 
 
 def _slot_rows(config: dict) -> str:

@@ -42,6 +42,7 @@ from .batch import decode_chunks, fill, sequence_rows, verify_rows
 from .costs import context_limit, curve_key, read_cached
 from .draft import Branch
 from .files import cache_dir, write_text_atomically
+from .greedy import logits_row
 
 TILED_ENV = "GGML_CPU_TILED_MM"
 MAX_N = 16
@@ -148,7 +149,8 @@ class Invariance:
 
 
 def _logits(llm, row: int) -> np.ndarray:
-    return np.ctypeslib.as_array(llm._ctx.get_logits_ith(row), shape=(llm.n_vocab(),)).copy()
+    """A copy of batch row `row`'s logits of the model (or of a decoder with the model's context)."""
+    return logits_row(llm._ctx, row, llm.n_vocab()).copy()
 
 
 def _single_decodes(llm, tokens, n_past: int) -> list[np.ndarray]:
@@ -248,7 +250,7 @@ class _Decoder:
         decode_chunks(self, tokens, seq, self.llm.n_batch)
 
     def logits(self, row: int) -> np.ndarray:
-        return np.ctypeslib.as_array(self._ctx.get_logits_ith(row), shape=(self.llm.n_vocab(),)).copy()
+        return logits_row(self._ctx, row, self.llm.n_vocab()).copy()
 
     def close(self) -> None:
         self._batch.close()

@@ -28,6 +28,16 @@ import numpy as np
 _logits_address = llama_cpp.llama_cpp._lib["llama_get_logits_ith"]
 _logits_address.argtypes = [llama_cpp.llama_context_p_ctypes, ctypes.c_int32]
 _logits_address.restype = ctypes.c_void_p
+_row_types: dict[int, type] = {}
+
+
+def logits_row(ctx, i: int, n_vocab: int) -> np.ndarray:
+    """Batch row i's logits in llama.cpp's own buffer, no copy (`ctx`: a llama_cpp LlamaContext)."""
+    address = _logits_address(ctx.ctx, i)
+    if not address:
+        raise ValueError(f"llama.cpp has no logits for batch row {i}")
+    row_type = _row_types.get(n_vocab) or _row_types.setdefault(n_vocab, ctypes.c_float * n_vocab)
+    return np.frombuffer(row_type.from_address(address), dtype=np.float32)
 
 
 class GreedyRows:
@@ -41,17 +51,12 @@ class GreedyRows:
 
     def __init__(self, n_vocab: int, repeat_penalty: float = 1.0, last_n: int = 0):
         self.n_vocab = n_vocab
-        self._row_type = ctypes.c_float * n_vocab
         self.penalty = np.float32(repeat_penalty)
         penalised = last_n > 0 and self.penalty != np.float32(1.0)  # llama.cpp: max(last_n, 0)
         self.window: Optional[deque] = deque(maxlen=last_n) if penalised else None
 
     def row(self, ctx, i: int) -> np.ndarray:
-        """Batch row i's logits, in place (`ctx`: a llama_cpp LlamaContext)."""
-        address = _logits_address(ctx.ctx, i)
-        if not address:
-            raise ValueError(f"llama.cpp has no logits for batch row {i}")
-        return np.frombuffer(self._row_type.from_address(address), dtype=np.float32)
+        return logits_row(ctx, i, self.n_vocab)
 
     def sample(self, ctx, i: int) -> int:
         row = self.row(ctx, i)
