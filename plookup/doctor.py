@@ -125,7 +125,7 @@ def measure_host(llm, tokens: int = 48) -> dict:
 
     import numpy as np
 
-    from .bench.host import DecodeClock
+    from .clock import DecodeClock
 
     clock, own = DecodeClock(llm), llm.drafter.max_draft
     random = np.random.default_rng(2).integers(100, llm.n_vocab(), 64).tolist()

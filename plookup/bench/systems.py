@@ -20,9 +20,10 @@ from typing import Sequence
 import llama_cpp
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+from ..clock import DecodeClock
 from ..memory import GlobalMemory
 from ..stats import SpecStats
-from .host import DecodeClock, host_record
+from .host import host_record
 from .replay import score_drafts
 
 IN_PROCESS_SYSTEMS = ("plain", "pld", "plookup-suffix", "plookup-ngram")
