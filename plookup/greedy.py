@@ -28,7 +28,6 @@ import numpy as np
 _logits_address = llama_cpp.llama_cpp._lib["llama_get_logits_ith"]
 _logits_address.argtypes = [llama_cpp.llama_context_p_ctypes, ctypes.c_int32]
 _logits_address.restype = ctypes.c_void_p
-_row_types: dict[int, type] = {}
 
 
 def logits_row(ctx, i: int, n_vocab: int) -> np.ndarray:
@@ -36,8 +35,8 @@ def logits_row(ctx, i: int, n_vocab: int) -> np.ndarray:
     address = _logits_address(ctx.ctx, i)
     if not address:
         raise ValueError(f"llama.cpp has no logits for batch row {i}")
-    row_type = _row_types.get(n_vocab) or _row_types.setdefault(n_vocab, ctypes.c_float * n_vocab)
-    return np.frombuffer(row_type.from_address(address), dtype=np.float32)
+    # ctypes keeps one array type per (item type, length): c_float * n_vocab is built once.
+    return np.frombuffer((ctypes.c_float * n_vocab).from_address(address), dtype=np.float32)
 
 
 class GreedyRows:

@@ -77,12 +77,16 @@ class ServerSystem:
         self.close()
         raise RuntimeError(f"{self.name}: llama-server not healthy after {STARTUP_SECONDS}s")
 
-    def run(self, prompt: Sequence[int], max_tokens: int) -> dict:
-        body = dict(prompt=list(map(int, prompt)), n_predict=max_tokens, temperature=0.0, top_k=1,
-                    cache_prompt=False, return_tokens=True)  # fmt: skip
-        request = urllib.request.Request(
+    def _completion(self, prompt: Sequence[int], max_tokens: int, **options) -> urllib.request.Request:
+        """A /completion request for the prompt's tokens, prompt caching off."""
+        body = dict(prompt=list(map(int, prompt)), n_predict=max_tokens, cache_prompt=False, return_tokens=True,
+                    **options)  # fmt: skip
+        return urllib.request.Request(
             f"{self.url}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
+
+    def run(self, prompt: Sequence[int], max_tokens: int) -> dict:
+        request = self._completion(prompt, max_tokens, temperature=0.0, top_k=1)
         start = time.perf_counter()
         with urllib.request.urlopen(request) as r:
             reply = json.load(r)
@@ -92,11 +96,7 @@ class ServerSystem:
     def stream(self, prompt: Sequence[int], max_tokens: int, temperature: float, seed: int) -> dict:
         """One streamed request of up to `max_tokens` tokens: the time each token reached the
         client, the end-of-generation token included (the server does not send it)."""
-        body = dict(prompt=list(map(int, prompt)), n_predict=max_tokens, temperature=temperature, seed=seed,
-                    cache_prompt=False, stream=True, return_tokens=True)  # fmt: skip
-        request = urllib.request.Request(
-            f"{self.url}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
+        request = self._completion(prompt, max_tokens, temperature=temperature, seed=seed, stream=True)
         start, times = time.perf_counter(), []
         with urllib.request.urlopen(request) as r:
             for line in r:
