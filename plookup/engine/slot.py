@@ -60,7 +60,7 @@ class Generation:
     slot: Optional[Slot]  # None until the engine hands it one
     call: object  # plookup.decoder.Call
     drafter: object  # an IndexDrafter, this generation's only (chosen with the slot)
-    sampler: object  # llama_cpp's LlamaSampler chain
+    sampler: object  # sample(ctx, row): plookup.greedy.GreedyRows, or llama_cpp's LlamaSampler chain
     randomly: bool  # temperature != 0: the policy learns how often samples are the argmax
     stopping_criteria: object
     prompt: list[int]
