@@ -35,6 +35,7 @@ import numpy as np
 from .costs import cached_cost_curve
 from .drafters import IndexDrafter, check_max_draft, make_drafter
 from .engine import Engine
+from .engine.decode_thread import DecodeThread, teams_per_thread
 from .exactness import (
     TILED_ENV,
     cached_invariance,
@@ -153,6 +154,9 @@ class Llama(llama_cpp.Llama):
     ``parallel * n_ctx`` cells, one unified cache, or a stream per slot where that keeps a slot's
     rows its lone decode (measured, see :attr:`kv_layout`). Elsewhere a call that shared a step or
     the cache with another slot is not claimed exact (``usage["speculative"]["exact"]``).
+    ``decode_thread``: decode on a thread of the model's own, for callers on several threads (a
+    server's pool); default: with several slots. Only where llama.cpp's CPU backend keeps a worker
+    team per calling thread (OpenMP builds), see :mod:`plookup.engine.decode_thread`.
     Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
     forces ``logits_all=True``, which this decoder does not need. A model whose memory cannot drop
     a suffix (recurrent, hybrid) decodes plainly, with a warning.
@@ -174,10 +178,12 @@ class Llama(llama_cpp.Llama):
         exactness="auto",
         use_extra_bufts: Optional[bool] = None,
         parallel: int = 1,
+        decode_thread: Optional[bool] = None,
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
         self._stack = contextlib.ExitStack()
+        self._decode_thread: Optional[DecodeThread] = None
         if max_draft is not None:
             check_max_draft(max_draft)
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
@@ -213,6 +219,9 @@ class Llama(llama_cpp.Llama):
         if parallel > self.n_batch:
             raise ValueError(f"parallel={parallel} needs n_batch >= {parallel} (one row per slot a step)")
         self.parallel = parallel
+        if (parallel > 1 if decode_thread is None else decode_thread) and teams_per_thread():
+            self._decode_thread = DecodeThread()  # before the first decode: see its module
+            self._stack.callback(self._decode_thread.close)
         self._recreate_context(parallel)
         self._engine = Engine(self, parallel)
         self.drafter = drafter if drafter is not None else make_drafter()
@@ -290,19 +299,22 @@ class Llama(llama_cpp.Llama):
         sharing cells with the first (kv_unified: a split cache would also split each sequence's
         window). llama_cpp.Llama offers no such parameters, so its context is replaced by one that
         has 2 * parallel sequences and, with several slots, parallel * n_ctx cells. With
-        `streams`, each of `parallel` sequences has a stream of n_ctx cells and no second branch."""
+        `streams`, each of `parallel` sequences has a stream of n_ctx cells and no second branch.
+        Its decodes stay on one thread (:mod:`plookup.engine.decode_thread`)."""
         params = self.context_params
-        if parallel == 1 and params.n_seq_max >= 2 and params.kv_unified:
-            return  # e.g. llama_cpp's embedding mode already made one
-        params.n_seq_max = parallel if streams else 2 * parallel
-        params.kv_unified = not streams
-        params.n_ctx = parallel * self._n_ctx if parallel > 1 else params.n_ctx
-        self._ctx.close()  # free the first cache before allocating the second
-        self._ctx = self._stack.enter_context(
-            contextlib.closing(
-                internals.LlamaContext(model=self._model, params=params, verbose=self.verbose)
+        # (unless llama_cpp made one already, e.g. in its embedding mode)
+        if not (parallel == 1 and params.n_seq_max >= 2 and params.kv_unified):
+            params.n_seq_max = parallel if streams else 2 * parallel
+            params.kv_unified = not streams
+            params.n_ctx = parallel * self._n_ctx if parallel > 1 else params.n_ctx
+            self._ctx.close()  # free the first cache before allocating the second
+            self._ctx = self._stack.enter_context(
+                contextlib.closing(
+                    internals.LlamaContext(model=self._model, params=params, verbose=self.verbose)
+                )
             )
-        )
+        if self._decode_thread is not None:
+            self._ctx.decode = self._decode_thread.route(self._ctx.decode)
         if self._lora_adapter is not None:
             adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(self._lora_adapter)
             scales = (ctypes.c_float * 1)(self.lora_scale)

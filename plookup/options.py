@@ -63,14 +63,16 @@ def model_kwargs(args: argparse.Namespace) -> dict:
     return kwargs
 
 
-def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1):
-    """plookup.Llama (with `parallel` slots), or llama_cpp.Llama when speculation is off."""
+def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None):
+    """plookup.Llama (with `parallel` slots; `decode_thread`: see plookup.Llama), or
+    llama_cpp.Llama when speculation is off."""
     kwargs = model_kwargs(args)
     if speculative:
         from .decoder import Llama
 
         memory = open_memory(args, kwargs["model_path"])
-        return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel, **kwargs)
+        return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel,
+                     decode_thread=decode_thread, **kwargs)  # fmt: skip
     import llama_cpp
 
     return llama_cpp.Llama(**kwargs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import llama_cpp
@@ -347,3 +348,46 @@ def test_llama_cpps_own_checks_read_the_requests_slot(parallel_smol, references)
         done.set()
         holder.join()
     assert seen and all(ids[: len(prompts[1])] == prompts[1] for ids in seen)
+
+
+def test_every_decode_of_several_slots_runs_on_one_thread(parallel_smol, references, monkeypatch):
+    """OpenMP keeps a worker team per calling thread, and an idle one spins (see
+    plookup.engine.decode_thread): the consumers' steps all decode on the model's own thread."""
+    from llama_cpp import _internals
+
+    from plookup.engine.decode_thread import teams_per_thread
+
+    if not teams_per_thread():
+        pytest.skip("this llama.cpp's CPU backend keeps no team per thread: decodes stay on the callers'")
+    prompts, _ = references
+    threads = set()
+    decode = _internals.llama_cpp.llama_decode
+    record = lambda ctx, batch: threads.add(threading.get_ident()) or decode(ctx, batch)  # noqa: E731
+    monkeypatch.setattr(_internals.llama_cpp, "llama_decode", record)
+    outputs = run_concurrently(parallel_smol, prompts[:3], greedy_tokens(parallel_smol, 6))
+    assert [len(tokens) for tokens, _ in outputs] == [6, 6, 6]
+    assert len(threads) == 1 and threading.get_ident() not in threads
+
+
+def test_a_decode_thread_runs_every_call_on_one_thread_and_returns_its_errors():
+    from plookup.engine.decode_thread import DecodeThread
+
+    seen = []
+
+    def decode(batch):
+        seen.append(threading.get_ident())
+        if batch == "bad":
+            raise RuntimeError("llama_decode returned 1")
+        return batch
+
+    decode_thread = DecodeThread()
+    routed = decode_thread.route(decode)
+    assert run_concurrently(None, [1, 2, 3, 4], routed) == [1, 2, 3, 4]
+    with pytest.raises(RuntimeError, match="returned 1"):
+        routed("bad")
+    decode_thread.close()
+    assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
+    # the control: the same calls unrouted run on the callers' threads
+    seen.clear()
+    run_concurrently(None, [1, 2, 3, 4], lambda b: (decode(b), time.sleep(0.05)))
+    assert len(set(seen)) > 1

@@ -49,7 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ValueError("--max-queue must be >= 0")
     if args.parallel < 1:
         raise ValueError("--parallel must be >= 1")
-    llm = load_llama(args, parallel=args.parallel)
+    llm = load_llama(args, parallel=args.parallel, decode_thread=True)  # requests run on the pool's threads
     limits = Limits(args.max_body_bytes, args.max_prediction_tokens, args.max_queue)
     app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, args.api_key)
     uvicorn.run(app, host=args.host, port=args.port)
