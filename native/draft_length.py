@@ -40,6 +40,12 @@ def best_draft_length(match_length, agree, hits, trials, cost, min_prefix_probab
 
 
 @njit(cache=True)
+def best_draft(match_length, agree, hits, trials, cost, min_prefix_probability):
+    """(n, expected tokens per cost) of the best single draft; (0, 1.0) for none."""
+    return _best_single(match_length, agree, hits, trials, cost, min_prefix_probability)
+
+
+@njit(cache=True)
 def prefix_probabilities(match_length, agree, hits, trials, min_prefix_probability):
     """p[k] = P(draft tokens 0..k all accepted) = prod_{j<=k} q_j, up to and including the first
     k where it drops below min_prefix_probability (no longer draft can pay)."""

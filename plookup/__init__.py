@@ -5,6 +5,7 @@ from an index over the prompt and everything generated so far, and llama.cpp ver
 batch. The output is what the model alone would produce (see README: "Exactness").
 """
 
+from .corpus import CorpusIndex
 from .decoder import Llama, Stream
 from .drafters import NgramDrafter, SuffixDrafter, make_drafter
 from .memory import GlobalMemory
@@ -12,6 +13,6 @@ from .models import gemma3_path, smollm2_path
 from .stats import SpecStats
 
 __all__ = [
-    "Llama", "Stream", "SuffixDrafter", "NgramDrafter", "make_drafter", "GlobalMemory", "SpecStats",
-    "smollm2_path", "gemma3_path",
+    "Llama", "Stream", "SuffixDrafter", "NgramDrafter", "make_drafter", "GlobalMemory", "CorpusIndex",
+    "SpecStats", "smollm2_path", "gemma3_path",
 ]  # fmt: skip

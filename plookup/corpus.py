@@ -195,6 +195,17 @@ class CorpusIndex:
         return cls(text, sa, header["vocabulary"], header["sources"], path)
 
 
+def open_corpus(corpus, vocabulary: str) -> CorpusIndex:
+    """`corpus` (a :class:`CorpusIndex` or the path of a saved one) for a model of `vocabulary`
+    (:func:`plookup.memory.vocabulary_id`); ValueError naming the file as :meth:`CorpusIndex.load`
+    raises it, or when an index in memory was built for another vocabulary."""
+    if isinstance(corpus, CorpusIndex):
+        if corpus.vocabulary and corpus.vocabulary != vocabulary:
+            raise ValueError(f"{corpus.path or 'corpus index'}: built for another model's vocabulary")
+        return corpus
+    return CorpusIndex.load(corpus, vocabulary)
+
+
 def _parse_header(path: str, raw: bytes) -> dict:
     try:
         header = json.loads(raw.decode("utf-8"))

@@ -157,6 +157,9 @@ class Llama(llama_cpp.Llama):
     ``decode_thread``: decode on a thread of the model's own, for callers on several threads (a
     server's pool); default: with several slots. Only where llama.cpp's CPU backend keeps a worker
     team per calling thread (OpenMP builds), see :mod:`plookup.engine.decode_thread`.
+    ``corpus``: also draft from a static corpus of the user's files (a path that ``plookup corpus
+    build`` wrote, or a :class:`~plookup.corpus.CorpusIndex`), refused with a ValueError naming the
+    file when it was built for another vocabulary or is corrupt; suffix drafter only.
     Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
     forces ``logits_all=True``, which this decoder does not need. A model whose memory cannot drop
     a suffix (recurrent, hybrid) decodes plainly, with a warning.
@@ -179,6 +182,7 @@ class Llama(llama_cpp.Llama):
         use_extra_bufts: Optional[bool] = None,
         parallel: int = 1,
         decode_thread: Optional[bool] = None,
+        corpus=None,
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
@@ -227,6 +231,11 @@ class Llama(llama_cpp.Llama):
         self.drafter = drafter if drafter is not None else make_drafter()
         if max_draft is not None:
             self.drafter.max_draft = max_draft
+        if corpus is not None:  # the drafter takes it only once it is known to be this model's
+            from .corpus import open_corpus
+            from .memory import vocabulary_id
+
+            self.drafter.use_corpus(open_corpus(corpus, vocabulary_id(self)))
         self.exact: Optional[bool] = None
         if not self.can_roll_back:
             warnings.warn(f"plookup: {model_path} keeps a recurrent state that cannot drop rejected "

@@ -12,7 +12,9 @@ from typing import Optional
 
 import numpy as np
 
-REQUEST, MEMORY = "request", "memory"  # where a draft's match was found
+# Where a draft's match was found: the request's own tokens, earlier requests (plookup.memory),
+# a static corpus of the user's files (plookup.corpus).
+REQUEST, MEMORY, CORPUS = "request", "memory", "corpus"
 
 
 def frozen_tokens(tokens) -> np.ndarray:
@@ -39,7 +41,7 @@ class Draft:
 
     tokens: np.ndarray  # int32, read-only
     match_length: int = 0  # length of the match whose continuation the tokens are
-    source: Optional[str] = None  # REQUEST or MEMORY; None for an empty draft
+    source: Optional[str] = None  # REQUEST, MEMORY or CORPUS; None for an empty draft
     branch: Optional[Branch] = None
 
     def __len__(self) -> int:

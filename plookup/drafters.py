@@ -15,7 +15,8 @@ Both drafters answer the same calls, so the decoder never knows which one it dri
   :meth:`~plookup.draft.Draft.fork` when the target took the branch), which calibrates the policy;
 - ``observe_sampling(samples, most_likely)``: at temperature > 0, how many sampled tokens were the
   model's most likely one (see :class:`plookup.policy.DraftPolicy`);
-- ``finish()``: the generation is over (a :class:`SuffixDrafter` with a memory remembers it).
+- ``finish()``: the generation is over (a :class:`SuffixDrafter` with a memory remembers it);
+- ``use_corpus(corpus)``: draft also from a static :class:`plookup.corpus.CorpusIndex` (suffix only).
 
 :func:`make_drafter` builds one by name; ``use_cost_curve`` gives it this machine's verify costs;
 ``spawn()`` a fresh one of the same kind and settings (another sequence of the same model).
@@ -33,7 +34,8 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from .draft import EMPTY, MEMORY, NO_CANDIDATE, NO_DRAFT, REQUEST, Branch, Candidate, Draft
+from .corpus import DEFAULT_MAX_MATCH, CorpusIndex
+from .draft import CORPUS, EMPTY, MEMORY, NO_CANDIDATE, NO_DRAFT, REQUEST, Branch, Candidate, Draft
 from .memory import GlobalMemory
 from .ngram_index import NgramIndex
 from .policy import DraftPolicy
@@ -44,6 +46,9 @@ DEFAULT_MAX_DRAFT = 16
 # The LlamaDraftModel adapter has no verdict channel and pays llama-cpp-python's logits_all verify
 # cost, so it drafts a fixed length like llama_cpp's own prompt-lookup drafter.
 ADAPTER_MAX_DRAFT = 10
+# The most history tokens a corpus lookup matches: longer matches say little more (the policy's
+# buckets are doubling lengths) and each lookup's cost grows with its context.
+CORPUS_MAX_MATCH = DEFAULT_MAX_MATCH
 
 
 def check_max_draft(max_draft) -> int:
@@ -98,6 +103,7 @@ class IndexDrafter(LlamaDraftModel):
         candidate = self.candidate(4)
         candidate = replace(candidate, match_length=max(candidate.match_length, self.policy.min_match))
         self.policy.choose(candidate.match_length, candidate.agree)
+        self.policy.value(candidate.match_length, candidate.agree)
         self._branch(candidate, 4)
         self.policy.observe(0, 0, 0)  # nothing drafted: loads the kernel, learns nothing
         self.reset()
@@ -125,7 +131,8 @@ class IndexDrafter(LlamaDraftModel):
             return None
         k = int(uncertain[0])
         alt, alt_agree = self._alternative(candidate, k, max_draft - k - 1)  # leave draft[k] a place
-        n_a, n_b = self.policy.choose_branches(candidate.match_length, candidate.agree, k, alt_agree, max_draft)
+        n_a, n_b = self.policy.choose_branches(candidate.match_length, candidate.agree, k, alt_agree, max_draft,
+                                               source=candidate.source)  # fmt: skip
         if n_a == 0:
             return None
         return n_a, Branch(k, alt[:n_b])
@@ -135,7 +142,7 @@ class IndexDrafter(LlamaDraftModel):
         if max_draft <= 0:
             return NO_DRAFT
         candidate = self._candidate(max_draft)
-        n = self.policy.choose(candidate.match_length, candidate.agree)
+        n = self.policy.choose(candidate.match_length, candidate.agree, candidate.source)
         branch = self._branch(candidate, max_draft)
         if branch is not None:
             n, fork = branch
@@ -148,7 +155,7 @@ class IndexDrafter(LlamaDraftModel):
         if max_draft <= 0:
             return NO_CANDIDATE, np.zeros(0)
         candidate = self._candidate(max_draft)
-        return candidate, self.policy.prefix_probabilities(candidate.match_length, candidate.agree)
+        return candidate, self.policy.prefix_probabilities(candidate.match_length, candidate.agree, candidate.source)
 
     def spawn(self) -> "IndexDrafter":
         """A drafter of the same kind and settings over an empty history."""
@@ -162,7 +169,12 @@ class IndexDrafter(LlamaDraftModel):
 
     def observe(self, draft: Draft, accepted: int) -> None:
         if len(draft):
-            self.policy.observe(draft.match_length, len(draft), accepted)
+            self.policy.observe(draft.match_length, len(draft), accepted, draft.source)
+
+    def use_corpus(self, corpus: Optional[CorpusIndex]) -> None:
+        """Draft also from `corpus` (None: no more)."""
+        if corpus is not None:
+            raise ValueError("only the suffix drafter drafts from a corpus")
 
     def observe_sampling(self, samples: int, most_likely: int) -> None:
         self.policy.observe_sampling(samples, most_likely)
@@ -178,20 +190,31 @@ class SuffixDrafter(IndexDrafter):
     With a ``memory`` (:class:`plookup.memory.GlobalMemory`, may be shared by several drafters),
     the request's suffix is also matched against earlier requests, and the longer of the two
     matches drafts (ties: the request's own). ``finish()`` adds the history to the memory.
+
+    With a ``corpus`` (:class:`plookup.corpus.CorpusIndex`, read only, may be shared), the last
+    ``corpus_match`` tokens of the history are also looked up in it, one lookup per proposal; its
+    continuation drafts when the policy expects more tokens per verify cost from it than from the
+    request's (or the memory's) candidate, each weighed by its own source's calibration.
     """
 
-    def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None, max_draft: int = DEFAULT_MAX_DRAFT):
+    def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None, max_draft: int = DEFAULT_MAX_DRAFT,
+                 corpus: CorpusIndex | None = None):  # fmt: skip
         super().__init__(SuffixIndex(), min_match, max_draft)
         self.memory = memory
         self._cursor = memory.cursor() if memory is not None else None
         self._fed = 0  # history tokens fed to the cursor since its start
+        self.corpus: CorpusIndex | None = corpus
+        self.corpus_match = CORPUS_MAX_MATCH
+
+    def use_corpus(self, corpus: Optional[CorpusIndex]) -> None:
+        self.corpus = corpus
 
     def reset(self) -> None:
         super().reset()
         self._fed = 0
 
     def _fresh(self) -> "SuffixDrafter":
-        return type(self)(self.policy.min_match, self.memory)  # the memory is shared
+        return type(self)(self.policy.min_match, self.memory, corpus=self.corpus)  # both are shared
 
     def warm_up(self) -> None:
         super().warm_up()
@@ -201,6 +224,8 @@ class SuffixDrafter(IndexDrafter):
             cursor = scratch.cursor()
             cursor.feed([1])
             cursor.continuation(1)
+        if self.corpus is not None:
+            self.corpus.warm_up()
 
     def finish(self) -> None:
         if self.memory is not None:
@@ -223,6 +248,22 @@ class SuffixDrafter(IndexDrafter):
         return self.index.alternative(branch_point, max_len)
 
     def _candidate(self, max_draft: int) -> Candidate:
+        """The best of the request's own match, the memory's and the corpus's."""
+        own = self._own_candidate(max_draft)
+        if self.corpus is None:
+            return own
+        found = self.corpus.lookup(self.index.tokens[-self.corpus_match :], max_draft, self.corpus_match)
+        if found.length < self.policy.min_match or found.tokens.size == 0:
+            return own
+        corpus = Candidate(found.tokens, found.agree, found.length, CORPUS)
+        if own.match_length == 0:
+            return corpus
+        value = self.policy.value  # each by its own calibration; ties: the request's (or the memory's)
+        if value(corpus.match_length, corpus.agree, CORPUS) > value(own.match_length, own.agree, own.source):
+            return corpus
+        return own
+
+    def _own_candidate(self, max_draft: int) -> Candidate:
         """The request's own match, or the memory's when that is longer (the better one wins)."""
         length, _, _ = self.index.match()
         if self._cursor is not None:
@@ -263,18 +304,19 @@ DRAFTERS = {"suffix": SuffixDrafter, "ngram": NgramDrafter}
 
 def make_drafter(
     name: str = "suffix", max_draft: int = DEFAULT_MAX_DRAFT, memory: Optional[GlobalMemory] = None,
-    cost_curve=None,
+    cost_curve=None, corpus: Optional[CorpusIndex] = None,
 ) -> IndexDrafter:  # fmt: skip
     """The drafter `name` ("suffix" or "ngram") with its defaults: the one way plookup.Llama, the
-    command line, the benchmark and the server build one. ``memory``: suffix drafter only."""
+    command line, the benchmark and the server build one. ``memory``, ``corpus``: suffix drafter only."""
     if name not in DRAFTERS:
         raise ValueError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
     if memory is not None and name != "suffix":
         raise ValueError("only the suffix drafter drafts from a cross-request memory")
     if name == "suffix":
-        drafter: IndexDrafter = SuffixDrafter(memory=memory, max_draft=max_draft)
+        drafter: IndexDrafter = SuffixDrafter(memory=memory, max_draft=max_draft, corpus=corpus)
     else:
         drafter = NgramDrafter(max_draft=max_draft)
+        drafter.use_corpus(corpus)  # refuses one
     if cost_curve is not None:
         drafter.use_cost_curve(cost_curve)
     return drafter

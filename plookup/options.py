@@ -44,6 +44,12 @@ def add_drafter_option(parser: argparse.ArgumentParser) -> None:
              "PATH at start when present, saved there (owner-only) on a clean exit",
     )  # fmt: skip
     parser.add_argument(
+        "--corpus", metavar="FILE",
+        help="also draft from a corpus of your files (suffix drafter): the one index file that "
+             "`plookup corpus build PATH... -o FILE -m MODEL` wrote for this model (build one file "
+             "from every folder you want in it); refused when built for another model",
+    )  # fmt: skip
+    parser.add_argument(
         "--memory-tokens", type=int, metavar="N",
         help=f"the memory's bound in tokens, oldest requests dropped first (default: the file's, "
              f"else {DEFAULT_MEMORY_TOKENS})",
@@ -72,7 +78,7 @@ def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int
 
         memory = open_memory(args, kwargs["model_path"])
         return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel,
-                     decode_thread=decode_thread, **kwargs)  # fmt: skip
+                     decode_thread=decode_thread, corpus=getattr(args, "corpus", None), **kwargs)  # fmt: skip
     import llama_cpp
 
     return llama_cpp.Llama(**kwargs)

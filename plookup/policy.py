@@ -19,13 +19,21 @@ is that token too. Before a request has outcomes of its own, the prior's reliabi
 how often the request's samples so far were the most likely token (:meth:`observe_sampling`, from
 every sampled token, drafted or not), so that at a high temperature the first drafts are not
 sized for greedy decoding.
+
+Each source of drafts is calibrated on its own outcomes (``source=`` of :meth:`DraftPolicy.choose`
+and the others): the request's own index and the cross-request memory share one calibration (the
+memory holds the same user's earlier requests, which are copied as readily), a static corpus
+(:mod:`plookup.corpus`) has another, with a more pessimistic prior: a match in the user's other
+files says less about what this request writes next than a match in its own text.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .draft import CORPUS, REQUEST
 from .native.draft_length import (
+    best_draft,
     best_draft_length,
     best_two_branches,
     length_bucket,
@@ -44,6 +52,13 @@ PRIOR_SHAPE = 1.5
 PRIOR_WEIGHT = 4.0
 _BUCKET_LENGTHS = 2.0 ** np.arange(N_BUCKETS) * 1.5  # a representative length per bucket
 PRIOR_HITS = PRIOR_WEIGHT * _BUCKET_LENGTHS / (_BUCKET_LENGTHS + PRIOR_SHAPE)
+# The corpus's prior: L / (L + CORPUS_PRIOR_SHAPE), as many pseudo-observations. A corpus match of L
+# tokens is trusted like a request match of L / 4: text in other files of the project or its
+# libraries goes on differently far more often than the request's own text, which an edit copies.
+# By bucket: 0.2, 0.33, 0.5, 0.67, 0.8, 0.89 (lengths 1.5 to 48), so on a CPU a corpus match drafts
+# (a few tokens) from about 16 tokens on, until this request's outcomes say otherwise.
+CORPUS_PRIOR_SHAPE = 6.0
+CORPUS_PRIOR_HITS = PRIOR_WEIGHT * _BUCKET_LENGTHS / (_BUCKET_LENGTHS + CORPUS_PRIOR_SHAPE)
 
 # cost[n - 1]: one decode of n tokens, in single-token decodes. SmolLM2-135M Q4_1, 2 CPU cores.
 CPU_COST_CURVE = np.array(
@@ -79,40 +94,57 @@ class DraftPolicy:
         free-form answer that follows it on the same model accept drafts at very different rates)."""
         self._hits = np.zeros(N_BUCKETS)  # accepted draft tokens per bucket, this request
         self._trials = np.zeros(N_BUCKETS)  # judged draft tokens per bucket, this request
+        self._corpus_hits = np.zeros(N_BUCKETS)  # the same for drafts from the corpus
+        self._corpus_trials = np.zeros(N_BUCKETS)
         self._samples = 0  # tokens sampled at temperature > 0, this request
         self._samples_most_likely = 0  # of which the model's most likely token
 
-    def calibration(self) -> tuple[np.ndarray, np.ndarray]:
-        """(hits, trials) per bucket: the prior's pseudo-observations, scaled by the sampling
-        agreement, plus this request's outcomes; reliability is their ratio."""
+    def _outcomes(self, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prior hits, hits, trials) of `source`'s calibration (the memory shares the request's)."""
+        if source == CORPUS:
+            return CORPUS_PRIOR_HITS, self._corpus_hits, self._corpus_trials
+        return PRIOR_HITS, self._hits, self._trials
+
+    def calibration(self, source: str = REQUEST) -> tuple[np.ndarray, np.ndarray]:
+        """(hits, trials) per bucket for drafts from `source`: its prior's pseudo-observations,
+        scaled by the sampling agreement, plus this request's outcomes; reliability is their ratio."""
         agreement = (SAMPLING_PRIOR_WEIGHT + self._samples_most_likely) / (
             SAMPLING_PRIOR_WEIGHT + self._samples
         )
-        return PRIOR_HITS * agreement + self._hits, PRIOR_WEIGHT + self._trials
+        prior, hits, trials = self._outcomes(source)
+        return prior * agreement + hits, PRIOR_WEIGHT + trials
 
-    def reliability(self, length: int) -> float:
-        hits, trials = self.calibration()
+    def reliability(self, length: int, source: str = REQUEST) -> float:
+        hits, trials = self.calibration(source)
         b = length_bucket(length, N_BUCKETS)
         return float(hits[b] / trials[b])
 
-    def choose(self, match_length: int, agree: np.ndarray) -> int:
+    def choose(self, match_length: int, agree: np.ndarray, source: str = REQUEST) -> int:
         """Number of leading continuation tokens worth verifying (0 = draft nothing)."""
         if match_length < self.min_match:
             return 0
-        hits, trials = self.calibration()
+        hits, trials = self.calibration(source)
         return best_draft_length(match_length, agree, hits, trials, self.cost, MIN_PREFIX_PROBABILITY)
 
-    def prefix_probabilities(self, match_length: int, agree: np.ndarray) -> np.ndarray:
+    def prefix_probabilities(self, match_length: int, agree: np.ndarray, source: str = REQUEST) -> np.ndarray:
         """p[k]: the chance that draft tokens 0..k are all accepted, as :meth:`choose` weighs them
         (cut after the first below MIN_PREFIX_PROBABILITY); empty below min_match."""
         if match_length < self.min_match:
             return np.zeros(0)
-        hits, trials = self.calibration()
+        hits, trials = self.calibration(source)
         return prefix_probabilities(match_length, agree, hits, trials, MIN_PREFIX_PROBABILITY)
+
+    def value(self, match_length: int, agree: np.ndarray, source: str = REQUEST) -> float:
+        """Expected tokens per verify cost of the draft :meth:`choose` would send (1.0: a plain
+        step, nothing drafted): what one source's candidate is weighed by against another's."""
+        if match_length < self.min_match:
+            return 1.0
+        hits, trials = self.calibration(source)
+        return float(best_draft(match_length, agree, hits, trials, self.cost, MIN_PREFIX_PROBABILITY)[1])
 
     def choose_branches(
         self, match_length: int, agree: np.ndarray, branch_point: int, alt_agree: np.ndarray,
-        max_total: int,
+        max_total: int, source: str = REQUEST,
     ) -> tuple[int, int]:  # fmt: skip
         """(n_a, n_b): verify draft[:n_a] and, beside it in the same batch, the alternative
         branch draft[:branch_point] + alt[:n_b] (at most max_total draft tokens in all), when
@@ -123,16 +155,18 @@ class DraftPolicy:
         """
         if match_length < self.min_match or alt_agree.size == 0:
             return 0, 0
-        hits, trials = self.calibration()
+        hits, trials = self.calibration(source)
         n_a, n_b = best_two_branches(
             match_length, agree, branch_point, alt_agree, max_total, hits, trials, self.cost,
             MIN_PREFIX_PROBABILITY,
         )  # fmt: skip
         return int(n_a), int(n_b)
 
-    def observe(self, match_length: int, drafted: int, accepted: int) -> None:
-        """Record that `accepted` of `drafted` tokens proposed from a match of this length were kept."""
-        record_outcome(match_length, drafted, accepted, self._hits, self._trials)
+    def observe(self, match_length: int, drafted: int, accepted: int, source: str = REQUEST) -> None:
+        """Record that `accepted` of `drafted` tokens proposed from a match of this length (found
+        in `source`) were kept."""
+        _, hits, trials = self._outcomes(source)
+        record_outcome(match_length, drafted, accepted, hits, trials)
 
     def observe_sampling(self, samples: int, most_likely: int) -> None:
         """Record that `most_likely` of `samples` tokens sampled at temperature > 0 were the

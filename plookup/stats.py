@@ -22,6 +22,7 @@ class SpecStats:
     # sampler chain on the host), "plain" (llama_cpp's own loop, no speculation)
     sampler: Optional[str] = None
     accepted_from_memory: int = 0  # accepted tokens drafted from a cross-request memory
+    accepted_from_corpus: int = 0  # accepted tokens drafted from a static corpus (plookup.corpus)
     # steps that verified two branches in one batch (drafted/accepted count the branch taken)
     branch_steps: int = 0
     alternative_taken: int = 0  # of those, steps where the target followed the second branch
@@ -54,6 +55,7 @@ class SpecStats:
             "sample_seconds": self.sample_seconds,
             "sampler": self.sampler,
             "accepted_from_memory": self.accepted_from_memory,
+            "accepted_from_corpus": self.accepted_from_corpus,
             "branch_steps": self.branch_steps,
             "alternative_taken": self.alternative_taken,
         }

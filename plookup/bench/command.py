@@ -31,7 +31,7 @@ from .measure import (
     system_overview,
 )
 from .replay import load_recorded, replay, replay_speedups
-from .systems import IN_PROCESS_SYSTEMS, MEMORY_SYSTEM
+from .systems import CORPUS_SYSTEM, IN_PROCESS_SYSTEMS, MEMORY_SYSTEM
 from .workloads import whole_file_workloads
 
 DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
@@ -64,6 +64,13 @@ def register(commands) -> None:
                        help=f"also run {MEMORY_SYSTEM}: the suffix drafter with the cross-request memory that "
                             "`serve`/`generate --memory PATH` saved, read only (the bench's own requests "
                             "are not added to it)")  # fmt: skip
+    bench.add_argument("--corpus", metavar="FILE",
+                       help=f"also run {CORPUS_SYSTEM}: the suffix drafter that drafts also from this corpus index "
+                            "(one file of `plookup corpus build PATH... -o FILE -m MODEL`, for the benched model)")  # fmt: skip
+    bench.add_argument("--workloads", choices=("standard", "corpus"), default="standard",
+                       help="the built-in workloads: standard (code edits, proofreading, questions), or corpus "
+                            "(new code against a project and libraries the prompt does not show, and "
+                            "proofreading; for --corpus, see plookup.bench.workloads.corpus_workloads)")  # fmt: skip
     bench.add_argument("--temperature", type=float, default=0.0,
                        help="sampling temperature (default 0: greedy); identity vs plain is then moot")  # fmt: skip
     bench.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: from PATH)")
@@ -131,17 +138,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError(f"--memory {args.memory}: no such file (`plookup serve --memory PATH` writes one)")
         if MEMORY_SYSTEM not in names:
             names.append(MEMORY_SYSTEM)
+    if args.corpus is not None:
+        if not os.path.exists(args.corpus):
+            raise ValueError(f"--corpus {args.corpus}: no such file (`plookup corpus build PATH... -o FILE` writes one)")
+        if CORPUS_SYSTEM not in names:
+            names.append(CORPUS_SYSTEM)
     repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     max_tokens = args.max_tokens or (QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS)
     kwargs = model_kwargs(args)
     phases = [Phase("standard", kwargs, max_tokens, names, lambda llm, first_answer: standard(args, first_answer))]
-    whole_files = 0 if args.quick or args.workload else args.whole_files
+    whole_files = 0 if args.quick or args.workload or args.workloads == "corpus" else args.whole_files
     if whole_files:
         whole_kwargs = dict(kwargs, n_ctx=max(args.n_ctx, WHOLE_FILE_N_CTX))
         phases.append(Phase("whole-file", whole_kwargs, WHOLE_FILE_MAX_TOKENS, names,
                             lambda llm, first_answer: whole_file_workloads(args.seed, whole_files)))  # fmt: skip
     record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
                   threads=args.threads, max_draft=args.max_draft, temperature=args.temperature, repeats=repeats, memory=args.memory,
+                  corpus=args.corpus, workload_set=args.workloads,
                   workloads=[], phases={})  # fmt: skip
     for phase in phases:
         result = run_phase(args, phase, repeats)
@@ -184,9 +197,13 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
 
 
 def standard(args: argparse.Namespace, first_answer) -> list:
-    from .workloads import bench_workloads, load_jsonl
+    from .workloads import bench_workloads, corpus_workloads, load_jsonl
 
-    return load_jsonl(args.workload) if args.workload else bench_workloads(first_answer, args.seed, args.quick)
+    if args.workload:
+        return load_jsonl(args.workload)
+    if args.workloads == "corpus":
+        return corpus_workloads(args.seed)
+    return bench_workloads(first_answer, args.seed, args.quick)
 
 
 def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
@@ -258,7 +275,7 @@ def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -
     try:
         for name in names:
             note(f"starting {name}")
-            systems.append(WorkerSystem(name, phase.kwargs, args.max_draft, args.temperature, args.memory))
+            systems.append(WorkerSystem(name, phase.kwargs, args.max_draft, args.temperature, args.memory, args.corpus))
         systems += start_servers(args, phase.kwargs, reference.eos)
         progress = bench_report.Progress(repeats * len(reference.prompts) * len(systems))
         runs = run_interleaved(systems, reference.prompts, phase.max_tokens, repeats,

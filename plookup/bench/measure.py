@@ -86,6 +86,7 @@ def summarize(records: Sequence[dict], reference: Sequence[int], gaps: Sequence[
         "drafted": total("drafted") / n,
         "accepted": total("accepted") / n,
         "accepted_from_memory": sum(r.get("accepted_from_memory", 0) for r in records) / n,
+        "accepted_from_corpus": sum(r.get("accepted_from_corpus", 0) for r in records) / n,
         "mean_accepted": total("accepted") / draft_steps if draft_steps else 0.0,
         "passes_per_token": passes / generated if passes is not None and generated else None,
         "drafted_per_position": drafted_at,

@@ -30,7 +30,11 @@ IN_PROCESS_SYSTEMS = ("plain", "pld", "plookup-suffix", "plookup-ngram")
 # The suffix drafter with a cross-request memory read from a file (`plookup bench --memory PATH`).
 MEMORY_SYSTEM = "plookup-memory"
 # plookup's systems and the drafter each runs.
-PLOOKUP_DRAFTERS = {"plookup-suffix": "suffix", "plookup-ngram": "ngram", MEMORY_SYSTEM: "suffix"}
+# The suffix drafter with a corpus index read from a file (`plookup bench --corpus FILE`).
+CORPUS_SYSTEM = "plookup-corpus"
+PLOOKUP_DRAFTERS = {
+    "plookup-suffix": "suffix", "plookup-ngram": "ngram", MEMORY_SYSTEM: "suffix", CORPUS_SYSTEM: "suffix",
+}  # fmt: skip
 # llama_cpp's prompt-lookup drafter proposes this many tokens (its own default).
 PLD_DRAFT_TOKENS = 10
 WARM_UP_PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
@@ -136,6 +140,7 @@ def frozen_memory(path: str | None, model_path: str) -> FrozenMemory:
 
 def build_local(
     name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0, memory_path: str | None = None,
+    corpus_path: str | None = None,
 ) -> LocalSystem:
     if name == "plain":
         return LocalSystem(name, llama_cpp.Llama(**model_kwargs), temperature)
@@ -148,15 +153,19 @@ def build_local(
         from ..drafters import make_drafter
 
         memory = frozen_memory(memory_path, model_kwargs["model_path"]) if name == MEMORY_SYSTEM else None
+        if name == CORPUS_SYSTEM and corpus_path is None:
+            raise ValueError(f"{CORPUS_SYSTEM} drafts from a corpus index: give it with --corpus FILE")
         drafter = make_drafter(PLOOKUP_DRAFTERS[name], max_draft, memory)
-        return LocalSystem(name, Llama(drafter=drafter, **model_kwargs), temperature)
-    raise ValueError(f"unknown system {name!r}; known: {', '.join((*IN_PROCESS_SYSTEMS, MEMORY_SYSTEM))}")
+        corpus = corpus_path if name == CORPUS_SYSTEM else None
+        return LocalSystem(name, Llama(drafter=drafter, corpus=corpus, **model_kwargs), temperature)
+    known = (*IN_PROCESS_SYSTEMS, MEMORY_SYSTEM, CORPUS_SYSTEM)
+    raise ValueError(f"unknown system {name!r}; known: {', '.join(known)}")
 
 
-def _serve(conn, name: str, model_kwargs: dict, max_draft: int, temperature: float, memory_path) -> None:
+def _serve(conn, name: str, model_kwargs: dict, max_draft: int, temperature: float, memory_path, corpus_path) -> None:
     """Worker process: build the system, warm it up, then run prompts until told to stop."""
     try:
-        system = build_local(name, model_kwargs, max_draft, temperature, memory_path)
+        system = build_local(name, model_kwargs, max_draft, temperature, memory_path, corpus_path)
         system.run(WARM_UP_PROMPT, 8)  # first graph builds and kernel loads happen here
         conn.send(("ready", None))
     except Exception:  # reported to the parent with its traceback, which raises it
@@ -174,11 +183,12 @@ class WorkerSystem:
 
     def __init__(
         self, name: str, model_kwargs: dict, max_draft: int, temperature: float = 0.0, memory_path: str | None = None,
+        corpus_path: str | None = None,
     ):
         self.name = name
         context = multiprocessing.get_context("spawn")  # no inherited llama.cpp threads or state
         self._conn, child = context.Pipe()
-        args = (child, name, model_kwargs, max_draft, temperature, memory_path)
+        args = (child, name, model_kwargs, max_draft, temperature, memory_path, corpus_path)
         self._process = context.Process(target=_serve, args=args, daemon=True)
         self._process.start()
         self._reply()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import random
 import re
 import textwrap
@@ -205,3 +206,50 @@ def bench_workloads(first_answer, seed: int = 0, quick: bool = False) -> list[Wo
     second = multi_turn(*MULTI_TURN_SOURCE, first_answer(first.messages))
     copies = [w for w in picked if w.kind == "copy"]
     return copies + [second] + [w for w in picked if w.kind != "copy"]
+
+
+# `plookup bench --workloads corpus --corpus FILE`: new code against a project and libraries that
+# the prompt does not show, and proofreading, with FILE built from `corpus_sources()` (this
+# package's own source and the libraries below), e.g.
+#   plookup corpus build $(python -c 'from plookup.bench.workloads import corpus_sources as c; print(*c())') \
+#       -o corpus.idx -m MODEL
+CORPUS_LIBRARIES = ("argparse", "dataclasses", "json", "pathlib", "random", "string", "inspect", "tokenize")
+# (name, prompt): code the model writes anew; the corpus holds the project or library it uses.
+CORPUS_CODE_TASKS = (
+    ("argparse-cli", "Write a Python function `build_parser()` that returns an argparse.ArgumentParser for a tool "
+                     "with two subcommands: `build` (a positional PATH and `-o/--output FILE`, required) and "
+                     "`serve` (`--port N`, an int, default 8080, and `--host`, default 127.0.0.1). "
+                     "Reply with the code only."),
+    ("plookup-workload", "In the plookup project, plookup/bench/workloads.py builds benchmark workloads as "
+                         "`Workload(name, kind, messages)` dataclasses, like `proofread(source, rng)` and "
+                         "`question(subject)` do. Add a function `summary(source: str) -> Workload` that asks the "
+                         "model to summarise the docstring of `source` in three sentences (a \"free\" workload). "
+                         "Reply with the function only."),
+    ("dataclass-json", "Write a Python dataclass `CacheEntry` with fields `key: str`, `value: str` and "
+                       "`expires: float`, a method `expired(self, now: float) -> bool`, and a function "
+                       "`load_entries(path)` that reads a list of them from a JSON file with json.load. "
+                       "Reply with the code only."),
+    ("pathlib-walk", "Write a Python function `python_files(root)` that uses pathlib to yield every .py file "
+                     "under the folder `root`, skipping hidden folders and files larger than 1 MB, sorted by "
+                     "path. Reply with the code only."),
+)
+# Texts to proofread; the corpus holds other docstrings of the same authors (the standard library's),
+# not these.
+CORPUS_PROSE_SOURCES = ("heapq.__about__", "difflib", "sched")
+
+
+def corpus_sources() -> list[str]:
+    """The paths the corpus workloads' index is built from: plookup's own package and the
+    standard-library modules of CORPUS_LIBRARIES (none of the texts the workloads proofread)."""
+    import plookup
+
+    paths = [os.path.dirname(inspect.getsourcefile(plookup))]
+    return paths + [inspect.getsourcefile(_resolve(name)) for name in CORPUS_LIBRARIES]
+
+
+def corpus_workloads(seed: int = 0) -> list[Workload]:
+    """New code (kind "free": nothing in the prompt to copy) and proofreading (kind "copy")."""
+    rng = random.Random(seed)
+    loads = [Workload(f"corpus-code:{name}", "free", [{"role": "user", "content": prompt}])
+             for name, prompt in CORPUS_CODE_TASKS]  # fmt: skip
+    return loads + [proofread(source, rng) for source in CORPUS_PROSE_SOURCES]

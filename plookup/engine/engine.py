@@ -460,6 +460,8 @@ class Engine:
             stats.alternative_taken += verdict.branch_taken
         if path.source == MEMORY:
             stats.accepted_from_memory += verdict.accepted
+        elif path.source == "corpus":  # plookup.draft.CORPUS
+            stats.accepted_from_corpus += verdict.accepted
         gen.drafter.observe(path, verdict.accepted)
         gen.drafter.observe_sampling(verdict.samples, verdict.most_likely)
         if verdict.tokens:

@@ -23,6 +23,8 @@ TOTALS = {
     "spec_decode_num_drafts": "Verify steps that carried at least one draft token.",
     "spec_decode_num_draft_tokens": "Draft tokens sent to the model for verification.",
     "spec_decode_num_accepted_tokens": "Draft tokens the model agreed with.",
+    "spec_decode_num_accepted_tokens_from_memory": "Accepted draft tokens drafted from the cross-request memory.",
+    "spec_decode_num_accepted_tokens_from_corpus": "Accepted draft tokens drafted from the corpus (--corpus).",
     "prediction_accepted_tokens": "Prediction tokens that appeared in the completion.",
     "prediction_rejected_tokens": "Prediction tokens that did not appear in the completion.",
 }
@@ -60,6 +62,8 @@ class Metrics:
         totals["spec_decode_num_drafts"].inc(spec["drafted_per_position"][0] if spec["drafted_per_position"] else 0)
         totals["spec_decode_num_draft_tokens"].inc(spec["drafted"])
         totals["spec_decode_num_accepted_tokens"].inc(spec["accepted"])
+        totals["spec_decode_num_accepted_tokens_from_memory"].inc(spec["accepted_from_memory"])
+        totals["spec_decode_num_accepted_tokens_from_corpus"].inc(spec["accepted_from_corpus"])
         for counter, counts in ((self.drafted_per_position, spec["drafted_per_position"]),
                                 (self.accepted_per_position, spec["accepted_per_position"])):  # fmt: skip
             for position, n in enumerate(counts):
