@@ -214,7 +214,9 @@ class SuffixDrafter(IndexDrafter):
         self._fed = 0
 
     def _fresh(self) -> "SuffixDrafter":
-        return type(self)(self.policy.min_match, self.memory, corpus=self.corpus)  # both are shared
+        drafter = type(self)(self.policy.min_match, self.memory)  # the memory and the corpus are shared
+        drafter.use_corpus(self.corpus)
+        return drafter
 
     def warm_up(self) -> None:
         super().warm_up()
