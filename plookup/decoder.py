@@ -151,9 +151,10 @@ class Llama(llama_cpp.Llama):
     doctor's settings say off).
     ``parallel``: how many generations decode at once, each on a slot of its own, from as many
     threads (default 1). Every slot has the whole ``n_ctx`` window: the context holds
-    ``parallel * n_ctx`` cells, one unified cache, or a stream per slot where that keeps a slot's
-    rows its lone decode (measured, see :attr:`kv_layout`). Elsewhere a call that shared a step or
-    the cache with another slot is not claimed exact (``usage["speculative"]["exact"]``).
+    ``parallel * n_ctx`` cells, a KV stream of n_ctx per slot (:attr:`kv_layout`; each row then
+    attends over its own slot's cells only, and drafts carry no second branch). A call that shared
+    a step with another slot is claimed exact only where the probe found a slot's rows beside
+    another's bitwise its lone decode (``usage["speculative"]["exact"]``).
     ``decode_thread``: decode on a thread of the model's own, for callers on several threads (a
     server's pool); default: with several slots. Only where llama.cpp's CPU backend keeps a worker
     team per calling thread (OpenMP builds), see :mod:`plookup.engine.decode_thread`.
@@ -226,11 +227,16 @@ class Llama(llama_cpp.Llama):
         if (parallel > 1 if decode_thread is None else decode_thread) and teams_per_thread():
             self._decode_thread = DecodeThread()  # before the first decode: see its module
             self._stack.callback(self._decode_thread.close)
-        self._recreate_context(parallel)
-        self._engine = Engine(self, parallel)
+        # With several slots, a KV stream per slot (see plookup.engine.streams), and so no
+        # sequences for a second branch.
+        streams = parallel > 1
+        self._recreate_context(parallel, streams=streams)
+        self._engine = Engine(self, parallel, branch_sequences=not streams, streams=streams)
         self.drafter = drafter if drafter is not None else make_drafter()
         if max_draft is not None:
             self.drafter.max_draft = max_draft
+        if streams:
+            self.drafter.branches = False
         if corpus is not None:  # the drafter takes it only once it is known to be this model's
             from .corpus import open_corpus
             from .memory import vocabulary_id
@@ -255,12 +261,11 @@ class Llama(llama_cpp.Llama):
                     # leaves its tokens in other cells than plain decoding would, so every later
                     # token would round differently too.
                     self.drafter.branches = False
-                    if parallel > 1 and slots_exact(cached_slot_invariance(self), "streams"):
+                    if streams and slots_exact(cached_slot_invariance(self), "streams"):
                         # Measured (plookup doctor, "beside a 2nd slot"): a slot's rows beside
                         # another's are bitwise its lone decode with a KV stream per sequence,
                         # not in one unified cache, where its cells interleave with the others'.
-                        self._recreate_context(parallel, streams=True)
-                        self._engine = Engine(self, parallel, branch_sequences=False, shared_exact=True)
+                        self._engine = Engine(self, parallel, branch_sequences=False, shared_exact=True, streams=True)
         self.last_stats = SpecStats(exact=self.exact)  # a view of the latest call's stats
 
     @property

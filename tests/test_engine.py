@@ -135,7 +135,8 @@ def test_a_broken_sizing_rule_fails_the_reference():
 MAX_TOKENS = 48
 # Beside another slot's rows (a unified cache, the default build) the top-2 gap of SmolLM2 moved
 # by up to 0.75 logits (p95 0.51) over 144 rows of plookup.exactness.probe_slots: a wider
-# near-tie than a lone verify batch's (NEAR_TIE, 0.3).
+# near-tie than a lone verify batch's (NEAR_TIE, 0.3). The engine now gives each slot a KV stream,
+# where the probe found more rows equal to their lone decode (16/71 against 0/71).
 SHARED_NEAR_TIE = 0.8
 PROMPTS = standard_workloads(seed=0)[:14:2] + standard_workloads(seed=0)[-2:]  # 7 code edits, 2 free
 
@@ -391,3 +392,64 @@ def test_a_decode_thread_runs_every_call_on_one_thread_and_returns_its_errors():
     seen.clear()
     run_concurrently(None, [1, 2, 3, 4], lambda b: (decode(b), time.sleep(0.05)))
     assert len(set(seen)) > 1
+
+
+# -- a KV stream per slot: uneven drafts split a step into ubatches
+
+
+def simulated_equal_split(rows, cost):
+    """llama.cpp's equal split run step by step: every ubatch takes as many rows from each
+    sequence that has rows left as the one with the fewest has left."""
+    left = [r for r in rows if r > 0]
+    total = 0.0
+    while left:
+        take = min(left)
+        total += batch_cost(take * len(left), cost)
+        left = [r - take for r in left if r > take]
+    return total
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.integers(0, 17), min_size=1, max_size=8))
+def test_a_streams_step_costs_its_ubatches(rows):
+    from plookup.engine.streams import streams_step_cost
+
+    assert streams_step_cost(rows, QWEN_COST) == pytest.approx(simulated_equal_split(rows, QWEN_COST))
+
+
+@settings(max_examples=150, deadline=None)
+@given(probabilities=st.lists(st.lists(st.floats(0.01, 1.0), max_size=6).map(decreasing), min_size=1, max_size=5))
+def test_streams_sizing_is_the_best_of_its_family(probabilities):
+    """Brute force over the family size_streams searches: any set of slots drafting n tokens
+    each (n within every chosen slot's candidate), the others none; plus drafting nothing."""
+    from plookup.engine.streams import size_streams, streams_step_cost
+
+    probabilities = [np.array(p) for p in probabilities]
+    m = len(probabilities)
+
+    def rate(lengths):
+        gained = sum(float(np.sum(p[:n])) for p, n in zip(probabilities, lengths))
+        return (m + gained) / streams_step_cost([1 + n for n in lengths], QWEN_COST)
+
+    best = rate([0] * m)
+    for n in range(1, 7):
+        for chosen in itertools.product([False, True], repeat=m):
+            if any(c and len(p) < n for c, p in zip(chosen, probabilities)):
+                continue
+            best = max(best, rate([n if c else 0 for c in chosen]))
+    lengths = size_streams(probabilities, QWEN_COST, 200)
+    assert all(n <= len(p) for n, p in zip(lengths, probabilities))
+    assert len({n for n in lengths if n}) <= 1  # one draft length: at most two ubatches
+    assert rate(lengths) == pytest.approx(best)
+
+
+def test_streams_sizing_on_given_curves():
+    from plookup.engine.streams import size_streams
+
+    sure = [np.full(8, 0.99) for _ in range(4)]
+    assert size_streams(sure, FLAT, 200) == [8, 8, 8, 8]  # free rows: everyone drafts it all
+    assert size_streams(sure, LINEAR, 200) == [0, 0, 0, 0]  # rows cost what they yield: none
+    # the batch's row limit: four drafts of 4 in one ubatch beat two of 8 in a second one
+    assert size_streams(sure, FLAT, 4 + 2 * 8) == [4, 4, 4, 4]
+    # one slot with a candidate: the others decode one row each, in the first ubatch
+    assert size_streams([np.full(8, 0.99), np.zeros(0)], FLAT, 200) == [8, 0]

@@ -7,8 +7,9 @@ decode; then :func:`plookup.verify.accept` judges each generation's rows, each o
 tokens leave its own sequence, and the tokens it emits wait in its ``out`` queue for its consumer.
 
 Drafts: a lone decoding generation drafts with its policy as a single stream does (a second branch
-included); several are sized together for the step's cost (:func:`plookup.policy.size_batch`): a
-busy batch drafts less, a full one nothing.
+included where the context has branch sequences); several are sized together for the step's cost
+(:func:`plookup.policy.size_batch`, or :func:`.streams.size_streams` where every slot has a KV
+stream of its own, as it has with several slots): a busy batch drafts less, a full one nothing.
 
 Threads: each request's thread consumes its own generation (:meth:`Engine.tokens`). A consumer
 whose queue is empty steps if the context is free; that step advances every generation, so the
@@ -41,6 +42,7 @@ from ..batch import decode_chunks, fill, last_row_logits, sequence_rows, verify_
 from ..draft import MEMORY, NO_DRAFT, Draft
 from ..policy import size_batch
 from .slot import Generation, Slot
+from .streams import size_streams
 
 # Tokens a generation may be stepped ahead of its consumer by the other consumers' steps: enough
 # that a consumer busy with its last tokens does not drop out of the next batch, few enough that a
@@ -51,10 +53,12 @@ AHEAD = 48
 class Engine:
     """The slots of one ``plookup.Llama`` and the step that advances them all."""
 
-    def __init__(self, llm, n_slots: int, branch_sequences: bool = True, shared_exact: bool = False):
+    def __init__(self, llm, n_slots: int, branch_sequences: bool = True, shared_exact: bool = False,
+                 streams: bool = False):  # fmt: skip
         """`branch_sequences`: the context has a second sequence per slot for a draft's branch
         (without, drafts must carry none). `shared_exact`: a slot's rows beside other slots' are
-        bitwise its lone decode here (measured: :func:`plookup.exactness.probe_slots`)."""
+        bitwise its lone decode here (measured: :func:`plookup.exactness.probe_slots`).
+        `streams`: each slot's sequence has a KV stream of its own (see :mod:`.streams`)."""
         self.llm = llm
         size = len(llm.input_ids)
         # Slot i decodes on sequence i and verifies a draft's second branch on sequence n_slots + i.
@@ -62,6 +66,7 @@ class Engine:
         self.slots = [Slot(0, 0, branch(0), model=llm)]
         self.slots += [Slot(i, i, branch(i), size=size) for i in range(1, n_slots)]
         self.shared_exact = shared_exact
+        self.size_drafts = size_streams if streams else size_batch  # several slots' drafts together
         # The context: held by whoever steps or changes the cache, never waited for by a thread
         # that has something else to do (a lock is not fair, and a consumer stepping in a loop
         # would get it back before a waiting one woke up).
@@ -382,7 +387,7 @@ class Engine:
         if len(decoding) == 1:
             return [timed(decoding[0], decoding[0].drafter.propose, limits[0])]
         offers = [timed(gen, gen.drafter.offer, limit) for gen, limit in zip(decoding, limits)]
-        lengths = size_batch([p for _, p in offers], llm.drafter.policy.cost, llm.n_batch - reserve)
+        lengths = self.size_drafts([p for _, p in offers], llm.drafter.policy.cost, llm.n_batch - reserve)
         return [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
 
     def _sample(self, gen: Generation, start: int):
