@@ -5,7 +5,8 @@ taking turns on it: "plain batched" (the same engine, drafting off: ``max_draft`
 then, where a llama-server binary is given, llama-server with c slots (``-np c``, each the whole
 n_ctx), plain and with its n-gram drafters, its clients streaming.
 Workloads: copy-heavy requests (code edits, proofreading), free-form questions, and prompts of
-random tokens sampled at temperature 1.0; every prompt prefilled (no slot keeps the last run's).
+random tokens sampled at temperature 1.0, decoded past their end-of-generation tokens (every
+system: llama-server with ignore_eos); every prompt prefilled (no slot keeps the last run's).
 Reported per system, workload and c: aggregate completion tokens per second of wall time (prefills
 included); aggregate decode tokens per second, c x the mean over requests of (tokens - 1) / (last
 token's time - first token's time), the rate c requests at a time decode at, prefills of others
@@ -41,8 +42,10 @@ def always_right_bound(cost: np.ndarray, slots: int, max_draft: int) -> float:
     return max(r / cost[r - 1] for r in rows) / base
 
 
-def request_sets(llm, seed: int, per_kind: int) -> dict[str, tuple[list[list[int]], float]]:
-    """kind -> (prompts, temperature)."""
+def request_sets(llm, seed: int, per_kind: int) -> dict[str, tuple[list[list[int]], float, bool]]:
+    """kind -> (prompts, temperature, through_eog). Random prompts decode past their
+    end-of-generation tokens (llama-server's ignore_eos): sampled at temperature 1 they meet one
+    within a few tokens, and their rates would divide by almost nothing."""
     from .plain import chat_prompt_tokens
     from .workloads import standard_workloads
 
@@ -52,15 +55,17 @@ def request_sets(llm, seed: int, per_kind: int) -> dict[str, tuple[list[list[int
     rng = np.random.default_rng(seed)
     random_prompts = [rng.integers(100, llm.n_vocab(), 64).tolist() for _ in range(per_kind)]
     return {
-        "copy": ([chat_prompt_tokens(llm, w.messages) for w in copy], 0.0),
-        "free": ([chat_prompt_tokens(llm, w.messages) for w in free], 0.0),
-        "random T=1": (random_prompts, RANDOM_TEMPERATURE),
+        "copy": ([chat_prompt_tokens(llm, w.messages) for w in copy], 0.0, False),
+        "free": ([chat_prompt_tokens(llm, w.messages) for w in free], 0.0, False),
+        "random T=1": (random_prompts, RANDOM_TEMPERATURE, True),
     }
 
 
-def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> dict:
+def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, seed: int,
+                  through_eog: bool = False) -> dict:  # fmt: skip
     """One request's tokens, up to `max_tokens` or its end-of-generation token (included, as
-    every system of the bench counts it), and the time each reached its client."""
+    every system of the bench counts it; `through_eog`: on past it), and the time each reached
+    its client."""
     start = time.perf_counter()
     times = []
     vocab = llm._model.vocab
@@ -69,17 +74,19 @@ def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, s
         call.seed = seed
         for token in itertools.islice(llm.generate(prompt, temp=temperature), max_tokens):
             times.append(time.perf_counter())
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
+            if not through_eog and llama_cpp.llama_vocab_is_eog(vocab, token):
                 break
     return dict(start=start, times=times, forward_passes=call.stats.forward_passes, accepted=call.stats.accepted)
 
 
-def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature: float) -> dict:
+def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature: float,
+             through_eog: bool = False) -> dict:  # fmt: skip
     """All `prompts` from `clients` threads at once, each ``request(prompt, max_tokens,
-    temperature, seed)`` (:func:`timed_request`'s record): aggregate and per-request figures."""
+    temperature, seed, through_eog)`` (:func:`timed_request`'s record): aggregate and
+    per-request figures."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=clients) as pool:
-        done = list(pool.map(lambda a: request(a[1], max_tokens, temperature, a[0]), enumerate(prompts)))
+        done = list(pool.map(lambda a: request(a[1], max_tokens, temperature, a[0], through_eog), enumerate(prompts)))
     wall = time.perf_counter() - start
     tokens = sum(len(r["times"]) for r in done)
     ttft = [r["times"][0] - r["start"] for r in done if r["times"]]
@@ -120,7 +127,7 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
                 servers.append(ServerSystem(server, spec, kwargs, eos, slots=clients))
         systems = {s: None for s in SYSTEMS} | {s.name: s for s in servers}
         try:
-            for kind, (prompts, temperature) in sets.items():
+            for kind, (prompts, temperature, through_eog) in sets.items():
                 prompts = (prompts * clients)[: max(clients, len(prompts))]
                 cells = {s: [] for s in systems}
                 for _ in range(args.repeats or 1):
@@ -131,7 +138,7 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
                             request = functools.partial(timed_request, llm)
                         else:
                             request = remote.stream
-                        cells[system].append(run_cell(request, prompts, clients, args.max_tokens, temperature))
+                        cells[system].append(run_cell(request, prompts, clients, args.max_tokens, temperature, through_eog))
                         note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
                              f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")  # fmt: skip
                 add_rows(rows, record, clients, kind, bound, cells)

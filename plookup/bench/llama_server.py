@@ -93,10 +93,13 @@ class ServerSystem:
         total = time.perf_counter() - start
         return server_record(reply, total, self.eos_token, _peak_rss_mib(self.process.pid))
 
-    def stream(self, prompt: Sequence[int], max_tokens: int, temperature: float, seed: int) -> dict:
+    def stream(self, prompt: Sequence[int], max_tokens: int, temperature: float, seed: int,
+               through_eog: bool = False) -> dict:  # fmt: skip
         """One streamed request of up to `max_tokens` tokens: the time each token reached the
-        client, the end-of-generation token included (the server does not send it)."""
-        request = self._completion(prompt, max_tokens, temperature=temperature, seed=seed, stream=True)
+        client, the end-of-generation token included (the server does not send it);
+        `through_eog`: on past end-of-generation tokens (llama-server's ignore_eos)."""
+        request = self._completion(prompt, max_tokens, temperature=temperature, seed=seed, stream=True,
+                                   ignore_eos=through_eog)  # fmt: skip
         start, times = time.perf_counter(), []
         with urllib.request.urlopen(request) as r:
             for line in r:
