@@ -39,7 +39,7 @@ import llama_cpp
 import numpy as np
 
 from ..batch import decode_chunks, fill, last_row_logits, sequence_rows, verify_rows
-from ..draft import MEMORY, NO_DRAFT, Draft
+from ..draft import CORPUS, MEMORY, NO_DRAFT, Draft
 from ..policy import size_batch
 from .slot import Generation, Slot
 from .streams import size_streams
@@ -465,7 +465,7 @@ class Engine:
             stats.alternative_taken += verdict.branch_taken
         if path.source == MEMORY:
             stats.accepted_from_memory += verdict.accepted
-        elif path.source == "corpus":  # plookup.draft.CORPUS
+        elif path.source == CORPUS:
             stats.accepted_from_corpus += verdict.accepted
         gen.drafter.observe(path, verdict.accepted)
         gen.drafter.observe_sampling(verdict.samples, verdict.most_likely)

@@ -13,6 +13,8 @@ import numpy as np
 
 from ..native.draft_length import batch_cost
 from ..policy import validate_cost_curve
+
+
 def streams_step_cost(rows: list[int], cost: np.ndarray) -> float:
     """What a step costs in a cache with a KV stream per sequence, `rows[i]` rows on sequence i.
 
