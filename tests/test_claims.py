@@ -208,6 +208,9 @@ SAMPLED = {
 }
 
 
+SEEDS = (7, 8, 9)
+
+
 def sampled(llm, setting: str, seed: int = 7) -> dict:
     settings = dict(SAMPLED[setting])
     prompt = COPY_PROMPT
@@ -224,10 +227,15 @@ def test_exact_build_samples_plains_text_with_each_sampler(plain, smol, setting)
     the same seed: the same random draws, so the same text (mirostat's state and the penalties'
     history included)."""
     assert smol.exact
-    expected = text(sampled(plain, setting))
-    got = sampled(smol, setting)
-    assert got["usage"]["speculative"]["accepted"] > 0
-    assert text(got) == expected
+    accepted = 0
+    # Several seeds: which draws a seed makes depends on the machine's rounding, and one seed's text
+    # may leave the prompt at once and so never reach a verify step.
+    for seed in SEEDS:
+        expected = text(sampled(plain, setting, seed))
+        got = sampled(smol, setting, seed)
+        assert text(got) == expected, seed
+        accepted += got["usage"]["speculative"]["accepted"]
+    assert accepted > 0
 
 
 # -- stop strings and stopping criteria on the real decoder, streamed and not
