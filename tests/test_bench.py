@@ -500,3 +500,10 @@ def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys
 def test_memory_system_needs_its_file(tmp_path, capsys):
     assert cli.main(["bench", "--quick", "--memory", str(tmp_path / "missing.npz")]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+def test_concurrency_kinds_are_checked_before_a_model_loads(capsys):
+    # An unknown kind would otherwise run nothing after minutes of loading and llama-server starts.
+    assert cli.main(["bench", "-m", "no-such-model.gguf", "--concurrency", "4", "--kinds", "copy,randm"]) == 1
+    err = capsys.readouterr().err
+    assert "--kinds" in err and "random T=1" in err and "no-such-model" not in err

@@ -90,6 +90,9 @@ def register(commands) -> None:
                             "a model with as many slots, plain batched vs plookup (see plookup.bench.concurrency)")  # fmt: skip
     bench.add_argument("--per-kind", type=int, default=4, metavar="N",
                        help="with --concurrency: distinct prompts per workload kind (default 4)")  # fmt: skip
+    bench.add_argument("--kinds", metavar="LIST", default="copy,free,random T=1",
+                       help="with --concurrency: the workload kinds to run, of copy, free and \"random T=1\" "
+                            "(default: all three)")  # fmt: skip
     bench.set_defaults(func=cmd_bench)
 
 
@@ -174,7 +177,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_concurrency(args: argparse.Namespace) -> int:
     from .concurrency import cmd_concurrency as run
-    from .concurrency import plot
+    from .concurrency import parse_kinds, plot
 
     try:
         levels = [int(c) for c in args.concurrency.split(",") if c]
@@ -182,6 +185,7 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
         raise ValueError(f"--concurrency takes a comma-separated list of client counts, got {args.concurrency!r}") from None
     if not levels or min(levels) < 1:
         raise ValueError("--concurrency: every client count must be >= 1")
+    parse_kinds(args.kinds)  # before any model loads
     args.max_tokens = args.max_tokens or QUICK_MAX_TOKENS
     server = find_server(args)
     record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=model_kwargs(args)["model_path"],

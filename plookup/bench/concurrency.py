@@ -32,6 +32,7 @@ SYSTEMS = ("plain batched", "plookup")
 # llama-server's systems: decoding plainly (None) and its model-free drafters.
 SERVER_SPEC_TYPES = (None, "ngram-mod", "ngram-simple")
 RANDOM_TEMPERATURE = 1.0
+KINDS = ("copy", "free", "random T=1")  # request_sets' kinds
 
 
 def always_right_bound(cost: np.ndarray, slots: int, max_draft: int) -> float:
@@ -59,6 +60,14 @@ def request_sets(llm, seed: int, per_kind: int) -> dict[str, tuple[list[list[int
         "free": ([chat_prompt_tokens(llm, w.messages) for w in free], 0.0, False),
         "random T=1": (random_prompts, RANDOM_TEMPERATURE, True),
     }
+
+
+def parse_kinds(text: str) -> list[str]:
+    """--kinds' comma-separated list, each one of KINDS."""
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    if not kinds or set(kinds) - set(KINDS):
+        raise ValueError(f"--kinds: choose from {', '.join(KINDS)}; got {text!r}")
+    return kinds
 
 
 def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, seed: int,
@@ -109,6 +118,7 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
 
     from .llama_server import ServerSystem
 
+    kinds = parse_kinds(args.kinds)
     record = dict(levels=levels, max_tokens=args.max_tokens, cells=[])
     header = ["c", "workload", "system", "tok/s", "decode tok/s", "decode x plain batched", "bound",
               "TTFT p50/p95 s", "ITL p50/p95 ms", "passes/tok"]  # fmt: skip
@@ -118,7 +128,7 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
         llm = plookup.Llama(parallel=clients, max_draft=args.max_draft, **kwargs)
         own = llm.drafter.max_draft
         bound = always_right_bound(llm.drafter.policy.cost, clients, own)
-        sets = request_sets(llm, args.seed, args.per_kind)
+        sets = {k: v for k, v in request_sets(llm, args.seed, args.per_kind).items() if k in kinds}
         servers = []
         if server:
             eos = llm.token_eos()
