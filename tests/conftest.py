@@ -20,6 +20,15 @@ import plookup
 from plookup.models import resolve_model
 from plookup.policy import CPU_COST_CURVE
 
+# Every test's time budget (tests/budgets.py): pytest finds hooks by name in a conftest.
+from budgets import (  # noqa: F401
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
+
 BUNDLED = ("smollm2", "gemma3")
 CODER = "qwen-coder-0.5b"
 N_CTX = 2048

@@ -282,6 +282,7 @@ def test_batches_from_python_and_a_hang_up(parallel_smol, references):
     assert llm._engine.active() == 0
 
 
+@pytest.mark.budget(45)
 def test_sampling_keeps_each_requests_distribution_with_four_at_once(parallel_smol, model_pair_smol):
     """The chi-squared test of test_sampling.py, with four requests in every step: each request's
     first tokens, sampled at temperature 1 from its own seed, against plain decoding's."""

@@ -73,6 +73,7 @@ def test_prefill_makes_plain_decodings_llama_decode_calls(model_path):
     assert kv_positions(spec) == (0, spec.n_tokens - 1)
 
 
+@pytest.mark.budget(60)
 def test_output_equals_plain_where_nothing_is_drafted(model_path, model_pair):
     """Any build: plookup with drafting off is plain decoding, bit for bit, for the whole output."""
     name, plain, _ = model_pair
@@ -103,6 +104,7 @@ def test_the_probe_tells_the_builds_apart(model_path, smollm2_q8_0):
 
 @pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
 @pytest.mark.parametrize("which", ["smollm2", "smollm2-q8_0"])
+@pytest.mark.budget(180)
 def test_exact_build_gives_plains_text_token_for_token(model_path, smollm2_q8_0, which):
     path = model_path["smollm2"] if which == "smollm2" else smollm2_q8_0
     plain = llama_cpp.Llama(path, **LLAMA_KWARGS)
@@ -129,6 +131,7 @@ TRUNCATING = {
 
 @pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
 @pytest.mark.parametrize("setting", list(TRUNCATING))
+@pytest.mark.budget(60)
 def test_exact_build_samples_plains_distribution_with_truncation(model_path, setting):
     plain = llama_cpp.Llama(model_path["smollm2"], **LLAMA_KWARGS)
     eager = plookup.Llama(model_path["smollm2"], drafter=EagerDrafter(), **LLAMA_KWARGS)
@@ -137,6 +140,7 @@ def test_exact_build_samples_plains_distribution_with_truncation(model_path, set
 
 
 @pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
+@pytest.mark.budget(110)
 def test_exact_build_gives_plains_text_to_concurrent_requests(model_path):
     """Four slots in the same steps: with a KV stream per slot (the layout the slot probe finds
     exact here; a unified cache interleaves their cells and is not) every request's text is its

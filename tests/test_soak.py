@@ -100,7 +100,10 @@ def hang_up(port: int) -> None:
     connection.close()
 
 
-@pytest.mark.parametrize("parallel, n_requests", [(1, N_REQUESTS), (4, 400)])
+@pytest.mark.parametrize(
+    "parallel, n_requests",
+    [pytest.param(1, N_REQUESTS, marks=pytest.mark.budget(270)), pytest.param(4, 400, marks=pytest.mark.budget(100))],
+)
 def test_thousand_mixed_requests(parallel, n_requests):
     # The default queue (16) holds all 8 clients; test_serve_hardening.py fills a shorter one.
     options = ("--max-body-bytes", "65536", "--max-prediction-tokens", "256", "--parallel", str(parallel))
