@@ -13,6 +13,10 @@ from plookup.bench.workloads import standard_workloads
 from conftest import CODER, kv_positions
 
 MAX_TOKENS = 96
+# Each prompt decodes up to its first near-tie, which ends the comparison, but at least this many
+# tokens, so that every prompt's drafts are verified, accepted and rejected over a stretch of output
+# (the cache checks below); for SmolLM2, whose near-ties come early, that halves the test's time.
+AT_LEAST = 32
 # 14 code edits, 4 proofreading texts, 6 free-form questions.
 WORKLOADS = standard_workloads(seed=0)
 PROMPTS = WORKLOADS[:14] + WORKLOADS[14:18] + WORKLOADS[-6:]
@@ -59,13 +63,14 @@ def test_prompt_set_is_mixed():
     assert len(PROMPTS) >= 20 and kinds.count("copy") >= 14 and kinds.count("free") >= 6
 
 
+@pytest.mark.budget(180)  # Gemma 3; SmolLM2 and the code model take less
 def test_greedy_equals_plain_until_first_near_tie(any_model_pair, capsys):
     name, plain, spec = any_model_pair
     prompts = PROMPTS_PER_MODEL.get(name, PROMPTS)
     identical, accepted_on_copy, checked = 0, 0, 0
     for workload in prompts:
         prompt = chat_prompt_tokens(spec, workload.messages)
-        reference, gaps = greedy_with_gaps(plain, prompt, MAX_TOKENS)
+        reference, gaps = greedy_with_gaps(plain, prompt, MAX_TOKENS, NEAR_TIE[name], AT_LEAST)
         tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), len(reference)))
 
         tie = first_near_tie(gaps, NEAR_TIE[name])
@@ -87,7 +92,7 @@ def test_greedy_equals_plain_until_first_near_tie(any_model_pair, capsys):
 
     with capsys.disabled():
         print(
-            f"\n{name}: {identical}/{len(prompts)} prompts fully identical to plain greedy decoding; "
+            f"\n{name}: {identical}/{len(prompts)} prompts identical to plain greedy decoding as far as decoded; "
             f"{checked} tokens checked before first near-ties"
         )
     assert accepted_on_copy > 0, "the drafter never helped on copy-heavy prompts"

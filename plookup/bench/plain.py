@@ -51,9 +51,11 @@ def chat_prompt_tokens(llm: llama_cpp.Llama, messages: list[dict]) -> list[int]:
 
 
 def greedy_with_gaps(
-    llm: llama_cpp.Llama, prompt: Sequence[int], max_tokens: int
+    llm: llama_cpp.Llama, prompt: Sequence[int], max_tokens: int, near_tie: float | None = None, at_least: int = 0
 ) -> tuple[list[int], list[float]]:
-    """Plain greedy decoding, one token per llama_decode, stopping at end-of-generation.
+    """Plain greedy decoding, one token per llama_decode, stopping at end-of-generation, and with
+    `near_tie` also after the first token chosen by a gap below it once `at_least` are out (a
+    comparison that ends at the first near-tie needs no more).
 
     Returns the tokens and, for each, the gap between the best and second-best logit it was
     chosen from.
@@ -69,6 +71,8 @@ def greedy_with_gaps(
         tokens.append(token)
         gaps.append(float(first - second))
         if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token) or llm.n_tokens >= llm.n_ctx():
+            break
+        if near_tie is not None and len(tokens) >= at_least and min(gaps) < near_tie:
             break
         llm.eval([token])
     llm._requires_eval = True
