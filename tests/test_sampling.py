@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from llama_cpp.llama_grammar import LlamaGrammar
 from scipy.stats import chi2_contingency
 
 import plookup
@@ -20,6 +21,7 @@ N_TOKENS = 3
 # proposes ", red, green" for the next tokens, which temperature 1 still often rejects (SmolLM2
 # gives some 30 different 3-token sequences in 100 samples).
 PROMPT = "red, green, blue, red, green, blue, red, green, blue, red, green,"
+COLOURS = LlamaGrammar.from_string('root ::= (" " ("red" | "green" | "blue" | "yellow") ",")+', verbose=False)
 # Each setting turns one part of the sampler chain on and leaves the truncations off otherwise.
 # A truncation is a threshold, and the default build's batch rounding can carry a token across it:
 # on Gemma 3, " blue" after "blue," has p/p_max = 0.0469 from a single decode but 0.0506 from
@@ -30,6 +32,13 @@ SETTINGS = {
     "temp1": dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
     "top_p0.8": dict(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0),
     "repeat_penalty1.3": dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.3),
+    # The rest of llama_cpp's chain, two settings for the price of CI time: mirostat (v2, which
+    # replaces the truncations) with the frequency and presence penalties; and top-k, typical-p and
+    # min-p together behind a grammar (the colours the prompt lists, and one it does not).
+    "mirostat2_penalties": dict(temperature=1.0, mirostat_mode=2, mirostat_tau=4.0, frequency_penalty=0.5,
+                                presence_penalty=0.5),  # fmt: skip
+    "grammar_top_k_typical_min_p": dict(temperature=1.0, top_k=20, top_p=1.0, typical_p=0.9, min_p=0.01,
+                                        grammar=COLOURS),  # fmt: skip
 }
 
 
@@ -134,14 +143,17 @@ CASES = [("smollm2", setting) for setting in SETTINGS] + [("gemma3", "temp1")]
 
 
 @pytest.mark.parametrize("name, setting", CASES)
+@pytest.mark.budget(60)
 def test_distribution_of_first_tokens_matches_plain(model_path, name, setting):
     assert_same_distribution(name, pair(name, model_path)[1], eager(name, model_path), setting)
 
 
+@pytest.mark.budget(150)
 def test_distribution_matches_plain_on_the_code_model(model_path):
     assert_same_distribution(CODER, pair(CODER, model_path)[1], eager(CODER, model_path), "temp1")
 
 
+@pytest.mark.budget(90)
 def test_broken_acceptance_rule_fails_the_same_test(model_path, model_pair):
     name, plain, _ = model_pair
     broken = AcceptEverything(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
@@ -152,11 +164,12 @@ def test_broken_acceptance_rule_fails_the_same_test(model_path, model_pair):
 
 def test_same_seed_same_text(model_path):
     """A seed fixes the text for a given model state: two fresh models draw the same text, and again
-    the same after the same calls (what their policies learnt is the same). One model called again
-    can draft differently (its policy learns from every call), so its verify batches differ, and in
-    a build that is not exact for the model (`llm.exact` false) their rounding can move a sample:
-    same distribution, not always the same text. Where the build is exact, the repeated call gives
-    the first call's text (the exact leg runs this test)."""
+    the same after the same calls. One model called again starts from another state: its KV cache
+    holds the prompt, so the call decodes the prompt's last token alone instead of in the prompt's
+    batch (README, what carries over between calls), and in a build that is not exact for the model
+    (`llm.exact` false) that rounding can move a sample: same distribution, not always the same text.
+    Where the build is exact, the repeated call gives the first call's text (the exact leg runs this
+    test)."""
 
     def sample(llm, seed=7):
         return llm.create_completion(PROMPT, max_tokens=24, temperature=0.9, seed=seed)["choices"][0]["text"]
