@@ -90,6 +90,9 @@ def register(commands) -> None:
                             "a model with as many slots, plain batched vs plookup (see plookup.bench.concurrency)")  # fmt: skip
     bench.add_argument("--per-kind", type=int, default=4, metavar="N",
                        help="with --concurrency: distinct prompts per workload kind (default 4)")  # fmt: skip
+    bench.add_argument("--rounds", type=int, default=1, metavar="N",
+                       help="with --concurrency: requests each client sends, one after another (default 1); "
+                            "more keep every slot busy, so that a level's throughput is not one batch's tail")  # fmt: skip
     bench.add_argument("--kinds", metavar="LIST", default="copy,free,random T=1",
                        help="with --concurrency: the workload kinds to run, of copy, free and \"random T=1\" "
                             "(default: all three)")  # fmt: skip
@@ -186,6 +189,8 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
     if not levels or min(levels) < 1:
         raise ValueError("--concurrency: every client count must be >= 1")
     parse_kinds(args.kinds)  # before any model loads
+    if args.rounds < 1:
+        raise ValueError("--rounds: every client sends at least one request")
     args.max_tokens = args.max_tokens or QUICK_MAX_TOKENS
     server = find_server(args)
     record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=model_kwargs(args)["model_path"],

@@ -1,6 +1,7 @@
 """`plookup bench --concurrency 1,4,8`: several clients at once on one model with N slots.
 
-For each concurrency c, one ``plookup.Llama(parallel=c)`` serves c client threads, two systems
+For each concurrency c, one ``plookup.Llama(parallel=c)`` serves c client threads (each sending
+``--rounds`` requests in turn; together they send every prompt of a kind at least once), two systems
 taking turns on it: "plain batched" (the same engine, drafting off: ``max_draft`` 0) and "plookup";
 then, where a llama-server binary is given, llama-server with c slots (``-np c``, each the whole
 n_ctx), plain and with its n-gram drafters, its clients streaming.
@@ -138,7 +139,9 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
         systems = {s: None for s in SYSTEMS} | {s.name: s for s in servers}
         try:
             for kind, (prompts, temperature, through_eog) in sets.items():
-                prompts = (prompts * clients)[: max(clients, len(prompts))]
+                # Every client sends `rounds` requests in turn (distinct prompts first, then again).
+                wanted = max(clients * args.rounds, len(prompts))
+                prompts = (prompts * wanted)[:wanted]
                 cells = {s: [] for s in systems}
                 for _ in range(args.repeats or 1):
                     for system, remote in systems.items():  # side by side: the systems take turns
