@@ -240,7 +240,9 @@ def test_a_failing_request_leaves_its_batch_mates_unchanged(parallel_smol, refer
     outputs = run_concurrently(llm, range(4), generate)
     assert outputs[1] is None and len(calls) > 5
     others = [i for i in range(4) if i != 1]
-    check_against_plain([prompts[i] for i in others], [refs[i] for i in others], [outputs[i] for i in others])
+    checked = check_against_plain([prompts[i] for i in others], [refs[i] for i in others], [outputs[i] for i in others])
+    # Plain greedy's first near-ties (SHARED_NEAR_TIE) on these three prompts: 41, 4 and 0 tokens.
+    assert checked >= 40
     # The model is usable after it: a lone request answers as before.
     assert list(itertools.islice(llm.generate(prompts[0], temp=0.0), 8)) == refs[0][0][:8]
 
