@@ -184,6 +184,7 @@ def check_against_plain(prompts, references, outputs):
     return checked
 
 
+@pytest.mark.budget(60)  # with the module's references: plain greedy on 9 prompts
 def test_concurrent_greedy_answers_are_the_serial_answers(parallel_smol, references, monkeypatch):
     llm = parallel_smol
     prompts, refs = references
