@@ -265,7 +265,7 @@ class Llama(llama_cpp.Llama):
                         # Measured (plookup doctor, "beside a 2nd slot"): a slot's rows beside
                         # another's are bitwise its lone decode with a KV stream per sequence,
                         # not in one unified cache, where its cells interleave with the others'.
-                        self._engine = Engine(self, parallel, branch_sequences=False, shared_exact=True, streams=True)
+                        self._engine.shared_exact = True
         self.last_stats = SpecStats(exact=self.exact)  # a view of the latest call's stats
 
     @property
