@@ -32,6 +32,7 @@ import llama_cpp
 import llama_cpp._internals as internals
 import numpy as np
 
+from .backend_greedy import BackendGreedy
 from .costs import cached_cost_curve
 from .drafters import IndexDrafter, check_max_draft, make_drafter
 from .engine import Engine
@@ -41,10 +42,11 @@ from .exactness import (
     cached_invariance,
     cached_slot_invariance,
     model_params,
+    recommended_backend_sampling,
     recommended_settings,
     slots_exact,
 )
-from .greedy import GreedyRows, greedy_rows, logits_row
+from .greedy import greedy_rows, logits_row
 from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
 from .verify import accept
@@ -158,6 +160,10 @@ class Llama(llama_cpp.Llama):
     ``decode_thread``: decode on a thread of the model's own, for callers on several threads (a
     server's pool); default: with several slots. Only where llama.cpp's CPU backend keeps a worker
     team per calling thread (OpenMP builds), see :mod:`plookup.engine.decode_thread`.
+    ``backend_sampling``: sample greedy rows inside llama.cpp's graph and read token ids, not
+    logits (:mod:`plookup.backend_greedy`), for greedy calls without a repeat penalty, grammar or
+    stopping criteria (``usage["speculative"]["sampler"]`` says "backend"); default: what
+    ``plookup doctor`` found faster for this model on this machine, else off.
     ``corpus``: also draft from a static corpus of the user's files (a path that ``plookup corpus
     build`` wrote, or a :class:`~plookup.corpus.CorpusIndex`), refused with a ValueError naming the
     file when it was built for another vocabulary or is corrupt; suffix drafter only.
@@ -184,6 +190,7 @@ class Llama(llama_cpp.Llama):
         parallel: int = 1,
         decode_thread: Optional[bool] = None,
         corpus=None,
+        backend_sampling: Optional[bool] = None,
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
@@ -232,6 +239,10 @@ class Llama(llama_cpp.Llama):
         streams = parallel > 1
         self._recreate_context(parallel, streams=streams)
         self._engine = Engine(self, parallel, branch_sequences=not streams, streams=streams)
+        self._stack.callback(self._engine.chains.detach)  # (runs before the context is freed)
+        if backend_sampling is None:
+            backend_sampling = recommended_backend_sampling(model_path, settings)
+        self.backend_sampling = bool(backend_sampling)
         self.drafter = drafter if drafter is not None else make_drafter()
         if max_draft is not None:
             self.drafter.max_draft = max_draft
@@ -317,7 +328,8 @@ class Llama(llama_cpp.Llama):
         Its decodes stay on one thread (:mod:`plookup.engine.decode_thread`)."""
         params = self.context_params
         # (unless llama_cpp made one already, e.g. in its embedding mode)
-        if not (parallel == 1 and params.n_seq_max >= 2 and params.kv_unified):
+        if not (parallel == 1 and params.n_seq_max >= 2 and params.kv_unified and params.n_outputs_max_per_seq == 0):
+            params.n_outputs_max_per_seq = 0  # n_batch: a backend chain samples every row of a verify step
             params.n_seq_max = parallel if streams else 2 * parallel
             params.kv_unified = not streams
             params.n_ctx = parallel * self._n_ctx if parallel > 1 else params.n_ctx
@@ -448,9 +460,12 @@ class Llama(llama_cpp.Llama):
                     stats.generated += 1
                     yield token
             return
-        # A greedy chain without a grammar reads each row's argmax in place (plookup.greedy).
+        # A greedy chain without a grammar reads each row's argmax in place (plookup.greedy), or
+        # has it read on the backend where nothing else reads the row (plookup.backend_greedy).
         sampler = greedy_rows(self._n_vocab, self.last_n_tokens_size, grammar=grammar, **sampling)
-        stats.sampler = GreedyRows.name if sampler is not None else "chain"
+        if sampler is not None and self.backend_sampling and sampler.window is None and stopping_criteria is None:
+            sampler = BackendGreedy()
+        stats.sampler = sampler.name if sampler is not None else "chain"
         sampler = sampler or self._init_sampler(grammar=grammar, **sampling)
         if len(tokens) >= self._n_ctx:
             return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
@@ -477,6 +492,12 @@ class Llama(llama_cpp.Llama):
         with ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="plookup-slot") as pool:
             futures = [pool.submit(create, **a) for a in arguments]
         return [future.result() for future in futures]
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        # llama_cpp's eval reads sequence 0's logits, which a backend chain there would keep on
+        # the backend.
+        self._engine.chains.detach()
+        super().eval(tokens)
 
     def _logits_row(self, i: int) -> np.ndarray:
         return logits_row(self._ctx, i, self._n_vocab)

@@ -101,14 +101,14 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
     from .decoder import Llama  # the probe needs plookup's two-sequence context
 
     llm = Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=settings.flash_attn,
-                use_extra_bufts=settings.repack, cost_curve=None, exactness=None)  # fmt: skip
+                use_extra_bufts=settings.repack, cost_curve=None, exactness=None, backend_sampling=False)  # fmt: skip
     invariance = probe_invariance(llm)
     slots = probe_slots(llm)
     cost = measure_cost_curve(llm)
     best_n, ceiling = oracle_speedup(cost)
     prompt_tps, decode_tps = measure_speeds(llm)
-    host = measure_host(llm)
-    return dict(host=host,
+    backend = measure_backend_sampling(llm)
+    return dict(host=backend["host"], backend_sampling=backend,
         settings=asdict(settings), invariant=invariance.invariant, summary=invariance.summary(),
         single_rows=invariance.rows(two_branch=False), branch_rows=invariance.rows(two_branch=True),
         max_delta=max(c.max_delta for c in invariance.checks), checks=[asdict(c) for c in invariance.checks],
@@ -119,8 +119,8 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
 
 
 def measure_host(llm, tokens: int = 48) -> dict:
-    """Host µs outside llama_decode per generated token and per decode, and ms inside a decode:
-    drafting nothing (random tokens), and drafting (a prompt that repeats)."""
+    """Host µs outside llama_decode per generated token and per decode, ms inside a decode, and
+    wall ms per token: drafting nothing (random tokens), and drafting (a prompt that repeats)."""
     import time
 
     import numpy as np
@@ -134,19 +134,49 @@ def measure_host(llm, tokens: int = 48) -> dict:
     try:
         for name, (prompt, max_draft) in cases.items():
             llm.drafter.max_draft = max_draft
-            llm.reset()
-            llm.eval(prompt[:-1])
+            # Prefill through the engine (one token generated and dropped), not llama_cpp's eval:
+            # that would detach backend chains, and the timed call would then reserve the graphs
+            # again (plookup.backend_greedy). The timed call decodes the prompt's last token anew.
+            primer = llm.generate(prompt, temp=0.0, repeat_penalty=1.0)
+            next(primer)
+            primer.close()
             clock.reset()
             start = time.perf_counter()
             for n, _ in enumerate(llm.generate(prompt, temp=0.0, repeat_penalty=1.0), 1):
                 if n >= tokens:
                     break
-            host = time.perf_counter() - start - clock.decode_seconds
+            wall = time.perf_counter() - start
+            host = wall - clock.decode_seconds
             out[name] = dict(us_per_token=1e6 * host / tokens, us_per_decode=1e6 * host / clock.decodes,
-                             decode_ms=1e3 * clock.decode_seconds / clock.decodes)  # fmt: skip
+                             decode_ms=1e3 * clock.decode_seconds / clock.decodes, ms_per_token=1e3 * wall / tokens)  # fmt: skip
     finally:
         llm.drafter.max_draft = own
         llm.reset()
+    return out
+
+
+def measure_backend_sampling(llm, rounds: int = 2) -> dict:
+    """:func:`measure_host` with greedy rows sampled on the host and on the backend
+    (:mod:`plookup.backend_greedy`), rounds interleaved, medians. `pays`: the backend's wall time
+    per token, both cases together, at least 2% below the host's (2%: this machine's runs of the
+    same work differ by about that much)."""
+    import numpy as np
+
+    own = llm.backend_sampling
+    runs: dict[str, list] = {"host": [], "backend": []}
+    try:
+        for _ in range(rounds):
+            for name, rows in runs.items():
+                llm.backend_sampling = name == "backend"
+                rows.append(measure_host(llm))
+    finally:
+        llm.backend_sampling = own
+    out: dict = {
+        name: {case: {key: float(np.median([r[case][key] for r in rows])) for key in rows[0][case]} for case in rows[0]}
+        for name, rows in runs.items()
+    }  # fmt: skip
+    wall = {name: sum(case["ms_per_token"] for case in out[name].values()) for name in runs}
+    out["pays"] = bool(wall["backend"] < 0.98 * wall["host"])
     return out
 
 
@@ -176,13 +206,14 @@ def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int) ->
 def render(report: dict) -> str:
     types = ", ".join(f"{t} {n}" for t, n in report["tensor_types"].items())
     header = ("setting", "exact", "single rows", "two-branch rows", "beside a 2nd slot: unified / streams", "max |Δ|",
-              "ceiling", "prompt tok/s", "decode tok/s", "host us/tok: no draft | drafting, per step")  # fmt: skip
+              "ceiling", "prompt tok/s", "decode tok/s", "host us/tok: no draft | drafting, per step",
+              "greedy ms/tok: host -> backend sampling")  # fmt: skip
     rows = []
     for c in report["configs"]:
         rows.append((
             Settings(**c["settings"]).label(), "yes" if c["invariant"] else "no",
             "{}/{}".format(*c["single_rows"]), "{}/{}".format(*c["branch_rows"]), _slot_rows(c), f"{c['max_delta']:.2g}",
-            f"{c['ceiling']:.2f}x (n={c['best_n']})", f"{c['prompt_tps']:.0f}", f"{c['decode_tps']:.1f}", _host(c),
+            f"{c['ceiling']:.2f}x (n={c['best_n']})", f"{c['prompt_tps']:.0f}", f"{c['decode_tps']:.1f}", _host(c), _backend(c),
         ))  # fmt: skip
     lines = [
         f"model: {report['model']}",
@@ -206,6 +237,15 @@ def _host(config: dict) -> str:
     free, drafting = host["no draft"], host["drafting"]
     return (f"{free['us_per_token']:.0f} ({free['decode_ms']:.1f} ms a decode) | "
             f"{drafting['us_per_token']:.0f}, {drafting['us_per_decode']:.0f}")
+
+
+def _backend(config: dict) -> str:
+    """Wall ms per token, no draft | drafting, with greedy rows sampled on the host and the backend."""
+    measured = config.get("backend_sampling")  # (reports saved before it was measured lack it)
+    if not measured:
+        return "-"
+    host, backend = measured["host"], measured["backend"]
+    return " | ".join(f"{host[case]['ms_per_token']:.2f} -> {backend[case]['ms_per_token']:.2f}" for case in host)
 
 
 def _slot_rows(config: dict) -> str:

@@ -368,6 +368,15 @@ def recommended_settings(model_path: str) -> Optional[Settings]:
     return Settings(**exact["settings"]) if exact else None
 
 
+def recommended_backend_sampling(model_path: str, settings: Optional[Settings]) -> bool:
+    """Whether the doctor found greedy rows faster sampled on the backend for this model and
+    build, under `settings` (those the model loads with; None: llama_cpp's defaults)."""
+    report = load_report(model_path)
+    wanted = asdict(settings if settings is not None else Settings())
+    config = next((c for c in report["configs"] if c["settings"] == wanted), None) if report else None
+    return bool(config and config.get("backend_sampling", {}).get("pays"))
+
+
 def measure_speeds(llm, prompt_tokens: int = 256, decodes: int = 32) -> tuple[float, float]:
     """Prompt processing and single-token decoding, tokens per second (medians of 3)."""
     prompt_tokens = min(prompt_tokens, context_limit(llm) - decodes - 1)
@@ -425,6 +434,8 @@ def advise(report: dict, other_build: Optional[dict] = None) -> list[str]:
                      f"from plain decoding where its two best tokens are near-tied")  # fmt: skip
         if report["llamafile"]:
             lines.append(_exact_build_line(other_build, default))
+    if (backend := _backend_line(exact if exact is not None else default)) is not None:
+        lines.append(backend)
     quants = report.get("quants") or {}
     if quants:
         best = max(quants, key=quants.get)
@@ -434,6 +445,20 @@ def advise(report: dict, other_build: Optional[dict] = None) -> list[str]:
                          f"vs {default['ceiling']:.2f}x (requantized from this file: "
                          f"`-m MODEL:{best}`)")  # fmt: skip
     return lines
+
+
+def _backend_line(config: dict) -> Optional[str]:
+    """Where plookup.Llama samples greedy rows with the settings it loads (see
+    :func:`recommended_backend_sampling`), and why; None where a report did not measure it."""
+    measured = config.get("backend_sampling")
+    if not measured:
+        return None
+    host, backend = (sum(case["ms_per_token"] for case in measured[name].values()) for name in ("host", "backend"))
+    change = f"{host:.2f} -> {backend:.2f} ms per token, no draft and drafting together"
+    if measured["pays"]:
+        return f"greedy rows are sampled on the backend here ({change}); plookup.Llama does so for this model"
+    return (f"greedy rows stay on the host: sampling them on the backend does not pay here ({change}, "
+            f"at least 2% less needed)")
 
 
 def _price(base: dict, other: dict) -> str:

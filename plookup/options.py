@@ -34,6 +34,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help="llama.cpp's flash attention (default: llama_cpp's, off, unless `plookup doctor` chose "
              "settings for the model; on was 19%% faster on 2 cores with SmolLM2 at 2 slots)",
     )  # fmt: skip
+    parser.add_argument(
+        "--backend-sampling", choices=("on", "off"),
+        help="sample greedy rows inside llama.cpp's graph, reading token ids instead of logits "
+             "(default: what `plookup doctor` found faster for the model, else off)",
+    )  # fmt: skip
 
 
 def add_drafter_option(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +71,14 @@ def model_kwargs(args: argparse.Namespace) -> dict:
     )
     if getattr(args, "flash_attn", None) is not None:  # else the model's own choice (doctor) stands
         kwargs["flash_attn"] = args.flash_attn == "on"
+    if getattr(args, "backend_sampling", None) is not None:  # plookup.Llama's own (see llama_cpp_kwargs)
+        kwargs["backend_sampling"] = args.backend_sampling == "on"
     return kwargs
+
+
+def llama_cpp_kwargs(kwargs: dict) -> dict:
+    """:func:`model_kwargs` for a llama_cpp.Llama: without plookup.Llama's own options."""
+    return {k: v for k, v in kwargs.items() if k != "backend_sampling"}
 
 
 def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None):
@@ -81,7 +93,7 @@ def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int
                      decode_thread=decode_thread, corpus=getattr(args, "corpus", None), **kwargs)  # fmt: skip
     import llama_cpp
 
-    return llama_cpp.Llama(**kwargs)
+    return llama_cpp.Llama(**llama_cpp_kwargs(kwargs))
 
 
 def open_memory(args: argparse.Namespace, model_path: str) -> Optional[GlobalMemory]:

@@ -10,7 +10,14 @@ import pytest
 
 import plookup
 from plookup import doctor
-from plookup.exactness import Settings, advise, exact_setting, recommended_settings, save_report
+from plookup.exactness import (
+    Settings,
+    advise,
+    exact_setting,
+    recommended_backend_sampling,
+    recommended_settings,
+    save_report,
+)
 
 from conftest import LLAMA_KWARGS
 
@@ -93,6 +100,34 @@ def test_a_cached_report_sets_plookups_runtime_settings(model_path, tmp_path, mo
     assert plookup.Llama(path, cost_curve=None, use_extra_bufts=True, **LLAMA_KWARGS).model_params.use_extra_bufts
 
 
+def measured_backend(pays: bool, host=(0.50, 1.00), backend=(0.49, 0.90)) -> dict:
+    """A config's backend_sampling: wall ms per token, no draft and drafting."""
+    cases = lambda ms: {"no draft": {"ms_per_token": ms[0]}, "drafting": {"ms_per_token": ms[1]}}  # noqa: E731
+    return dict(host=cases(host), backend=cases(backend), pays=pays)
+
+
+def test_backend_sampling_advice_reads_the_loaded_settings_measurement():
+    lines = advise(report(dict(config(True, 2.7), backend_sampling=measured_backend(True))))
+    assert lines[-1] == ("greedy rows are sampled on the backend here (1.50 -> 1.39 ms per token, no draft and "
+                         "drafting together); plookup.Llama does so for this model")  # fmt: skip
+    # The exact setting is what plookup.Llama loads: its measurement is the one reported.
+    lines = advise(report(dict(config(False, 2.7), backend_sampling=measured_backend(True)),
+                          dict(config(True, 2.0, repack=False), backend_sampling=measured_backend(False, backend=(0.5, 1.0)))))  # fmt: skip
+    assert lines[-1].startswith("greedy rows stay on the host: sampling them on the backend does not pay here (1.50 -> 1.50")
+    assert len(advise(report(config(True, 2.7)))) == 2  # not measured (an older report): no line
+
+
+def test_a_cached_report_chooses_backend_sampling(model_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    path = model_path["smollm2"]
+    assert not recommended_backend_sampling(path, None)  # no report: off
+    save_report(path, report(dict(config(False, 2.2), backend_sampling=measured_backend(True)),
+                             dict(config(False, 1.9, repack=False), backend_sampling=measured_backend(False))))  # fmt: skip
+    assert recommended_backend_sampling(path, None) and not recommended_backend_sampling(path, Settings(repack=False))
+    assert plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS).backend_sampling is True
+    assert plookup.Llama(path, cost_curve=None, exactness=None, backend_sampling=False, **LLAMA_KWARGS).backend_sampling is False
+
+
 def test_tensor_types_and_file_type(model_path):
     types = doctor.tensor_types(model_path["smollm2"])
     assert types == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
@@ -100,7 +135,7 @@ def test_tensor_types_and_file_type(model_path):
 
 
 @pytest.mark.slow
-@pytest.mark.budget(170)
+@pytest.mark.budget(220)
 def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
     """The whole command: every setting measured in a process of its own, a report, advice."""
     from plookup import cli
@@ -112,6 +147,8 @@ def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
     assert [Settings(**c["settings"]) for c in saved["configs"]][0] == Settings()
     assert len(saved["configs"]) == 5 and all(len(c["cost"]) == 16 for c in saved["configs"])
     assert saved["advice"] and "advice:" in capsys.readouterr().out
+    assert all(set(c["backend_sampling"]) == {"host", "backend", "pays"} for c in saved["configs"])
+    assert any(line.startswith("greedy rows ") for line in saved["advice"])
     assert recommended_settings(saved["model"]) == (
         Settings(**exact_setting(saved["configs"])["settings"]) if exact_setting(saved["configs"]) else None
     )

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..costs import measure_cost_curve, oracle_speedup
 from ..drafters import make_drafter
-from ..options import add_model_options, model_kwargs
+from ..options import add_model_options, llama_cpp_kwargs, model_kwargs
 from . import report as bench_report
 from .measure import (
     BASELINE,
@@ -31,7 +31,7 @@ from .measure import (
     system_overview,
 )
 from .replay import load_recorded, replay, replay_speedups
-from .systems import CORPUS_SYSTEM, IN_PROCESS_SYSTEMS, MEMORY_SYSTEM
+from .systems import BACKEND_SYSTEM, CORPUS_SYSTEM, IN_PROCESS_SYSTEMS, MEMORY_SYSTEM
 from .workloads import whole_file_workloads
 
 DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
@@ -59,7 +59,9 @@ def register(commands) -> None:
     bench.add_argument("--workload", metavar="FILE.jsonl",
                        help='your own workloads instead: {"messages": [...], "kind"?: "copy"|"free", "name"?} a line')  # fmt: skip
     bench.add_argument("--systems", default=",".join(IN_PROCESS_SYSTEMS),
-                       help="comma-separated in-process systems (default: all; plain is required)")  # fmt: skip
+                       help=f"comma-separated in-process systems (default: {', '.join(IN_PROCESS_SYSTEMS)}; "
+                            f"plain is required; {BACKEND_SYSTEM}: the suffix drafter with greedy rows sampled "
+                            f"on the backend)")  # fmt: skip
     bench.add_argument("--memory", metavar="PATH",
                        help=f"also run {MEMORY_SYSTEM}: the suffix drafter with the cross-request memory that "
                             "`serve`/`generate --memory PATH` saved, read only (the bench's own requests "
@@ -256,7 +258,7 @@ def measure_reference(args: argparse.Namespace, phase: Phase) -> Reference:
     from .drafter_timing import drafter_costs
     from .plain import chat_prompt_tokens, greedy_with_gaps
 
-    llm = llama_cpp.Llama(**phase.kwargs)
+    llm = llama_cpp.Llama(**llama_cpp_kwargs(phase.kwargs))
 
     def first_answer(messages):
         tokens, _ = greedy_with_gaps(llm, chat_prompt_tokens(llm, messages), phase.max_tokens)

@@ -22,6 +22,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 from ..clock import DecodeClock
 from ..memory import GlobalMemory
+from ..options import llama_cpp_kwargs
 from ..stats import SpecStats
 from .host import host_record
 from .replay import score_drafts
@@ -32,8 +33,12 @@ MEMORY_SYSTEM = "plookup-memory"
 # plookup's systems and the drafter each runs.
 # The suffix drafter with a corpus index read from a file (`plookup bench --corpus FILE`).
 CORPUS_SYSTEM = "plookup-corpus"
+# The suffix drafter with greedy rows sampled on the backend (plookup.backend_greedy), whatever
+# --backend-sampling or the doctor chose for the others.
+BACKEND_SYSTEM = "plookup-backend"
 PLOOKUP_DRAFTERS = {
     "plookup-suffix": "suffix", "plookup-ngram": "ngram", MEMORY_SYSTEM: "suffix", CORPUS_SYSTEM: "suffix",
+    BACKEND_SYSTEM: "suffix",
 }  # fmt: skip
 # llama_cpp's prompt-lookup drafter proposes this many tokens (its own default).
 PLD_DRAFT_TOKENS = 10
@@ -143,11 +148,11 @@ def build_local(
     corpus_path: str | None = None,
 ) -> LocalSystem:
     if name == "plain":
-        return LocalSystem(name, llama_cpp.Llama(**model_kwargs), temperature)
+        return LocalSystem(name, llama_cpp.Llama(**llama_cpp_kwargs(model_kwargs)), temperature)
     if name == "pld":
         drafter = RecordingDrafter(LlamaPromptLookupDecoding(num_pred_tokens=PLD_DRAFT_TOKENS))
         # llama_cpp's speculative path reads every position's logits from its scores array.
-        return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **model_kwargs), temperature)
+        return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **llama_cpp_kwargs(model_kwargs)), temperature)
     if name in PLOOKUP_DRAFTERS:
         from ..decoder import Llama
         from ..drafters import make_drafter
@@ -157,8 +162,9 @@ def build_local(
             raise ValueError(f"{CORPUS_SYSTEM} drafts from a corpus index: give it with --corpus FILE")
         drafter = make_drafter(PLOOKUP_DRAFTERS[name], max_draft, memory)
         corpus = corpus_path if name == CORPUS_SYSTEM else None
-        return LocalSystem(name, Llama(drafter=drafter, corpus=corpus, **model_kwargs), temperature)
-    known = (*IN_PROCESS_SYSTEMS, MEMORY_SYSTEM, CORPUS_SYSTEM)
+        kwargs = dict(model_kwargs, backend_sampling=True) if name == BACKEND_SYSTEM else model_kwargs
+        return LocalSystem(name, Llama(drafter=drafter, corpus=corpus, **kwargs), temperature)
+    known = (*IN_PROCESS_SYSTEMS, MEMORY_SYSTEM, CORPUS_SYSTEM, BACKEND_SYSTEM)
     raise ValueError(f"unknown system {name!r}; known: {', '.join(known)}")
 
 

@@ -38,6 +38,7 @@ from typing import Iterator, Optional
 import llama_cpp
 import numpy as np
 
+from ..backend_greedy import BackendGreedy, Chains
 from ..batch import decode_chunks, fill, last_row_logits, sequence_rows, verify_rows
 from ..draft import CORPUS, MEMORY, NO_DRAFT, Draft
 from ..policy import size_batch
@@ -79,6 +80,9 @@ class Engine:
         self._held = False  # one caller has the whole context (see exclusive)
         self.steps = 0  # decodes made, and their rows: what /metrics reports
         self.rows = 0
+        # Backend greedy chains on the slots whose latest generation sampled with them (attaching
+        # or detaching costs a graph reserve: see plookup.backend_greedy).
+        self.chains = Chains(llm._ctx)
 
     @property
     def memory(self):
@@ -145,6 +149,10 @@ class Engine:
             try:
                 self._keep_prefix(slot, gen)
                 gen.drafter.start([*gen.call.prediction, *gen.prompt])  # a prediction is history to draft from
+                if isinstance(gen.sampler, BackendGreedy):
+                    self.chains.attach((slot.seq, slot.branch_seq))
+                else:
+                    self.chains.detach((slot.seq, slot.branch_seq))
             except Exception as e:
                 gen.error = e  # raised in the requesting thread
                 continue
@@ -244,6 +252,7 @@ class Engine:
                 with self._changed:
                     self._changed.wait(timeout=0.01)
             try:
+                self.chains.detach()  # llama_cpp's loop reads sequence 0's logits
                 for slot in self.slots[1:]:
                     self._seq_rm(slot.seq, 0)
                     slot.n = 0
