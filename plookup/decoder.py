@@ -493,6 +493,18 @@ class Llama(llama_cpp.Llama):
             futures = [pool.submit(create, **a) for a in arguments]
         return [future.result() for future in futures]
 
+    def prefill(self, tokens: Sequence[int], **sampling) -> None:
+        """Cache `tokens` in slot 0 through the engine, as a generation with `sampling` (the
+        arguments of :meth:`generate`) would: one token generated and dropped. A generation of
+        the same tokens then decodes only the last one anew, as it would after llama_cpp's
+        ``eval(tokens[:-1])``, but its backend chains, if it samples there, are already attached:
+        ``eval`` would detach them, and the generation would reserve llama.cpp's graphs again."""
+        primer = self.generate(tokens, **sampling)
+        try:
+            next(primer, None)
+        finally:
+            primer.close()
+
     def eval(self, tokens: Sequence[int]) -> None:
         # llama_cpp's eval reads sequence 0's logits, which a backend chain there would keep on
         # the backend.

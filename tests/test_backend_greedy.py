@@ -128,6 +128,9 @@ def test_calls_the_backend_cannot_sample_stay_on_the_host(smol):
         assert plain[:8] == reference[:8]
         assert generate(smol, prompt, n=24, repeat_penalty=1.0) == reference
         assert smol.last_stats.sampler == "backend"
+        smol.prefill(prompt, temp=0.0, repeat_penalty=1.0)  # the bench's and the doctor's prefill
+        assert set(smol._engine.chains._chains) == {0, 1}  # kept: no graph reserve in what follows
+        assert generate(smol, prompt, n=24, repeat_penalty=1.0) == reference
     finally:
         smol.backend_sampling = False
 

@@ -117,6 +117,33 @@ def test_backend_sampling_advice_reads_the_loaded_settings_measurement():
     assert len(advise(report(config(True, 2.7)))) == 2  # not measured (an older report): no line
 
 
+def test_backend_sampling_is_judged_on_each_way_s_fastest_round(monkeypatch):
+    """Rounds each way, interleaved: the slow round (interference) does not decide, and the
+    backend must be BACKEND_MARGIN faster."""
+
+    class Model:
+        backend_sampling = False
+
+    walls = iter([(14.9, 7.6), (16.0, 9.4), (27.0, 8.9), (14.6, 9.3)])  # host, backend, host, backend
+
+    def measured(llm):
+        no_draft, drafting = next(walls)
+        return {"no draft": {"ms_per_token": no_draft, "backend": llm.backend_sampling},
+                "drafting": {"ms_per_token": drafting}}  # fmt: skip
+
+    monkeypatch.setattr(doctor, "measure_host", measured)
+    model = Model()
+    out = doctor.measure_backend_sampling(model, rounds=2)
+    assert out["host"] == {"no draft": {"ms_per_token": 14.9, "backend": False}, "drafting": {"ms_per_token": 7.6}}
+    assert out["backend"]["no draft"] == {"ms_per_token": 14.6, "backend": True} and out["backend"]["drafting"]["ms_per_token"] == 9.3
+    assert out["pays"] is False and model.backend_sampling is False  # 22.5 against 23.9 ms; put back
+    # A median (here the mean) of the same rounds would have found the backend faster:
+    assert (14.9 + 27.0) / 2 + (7.6 + 8.9) / 2 > (16.0 + 14.6) / 2 + (9.4 + 9.3) / 2
+    for backend, pays in ((0.97, False), (0.94, True)):  # the backend 3% and 6% faster
+        walls = iter([(10.0, 5.0), (10.0 * backend, 5.0 * backend)])
+        assert doctor.measure_backend_sampling(model, rounds=1)["pays"] is pays
+
+
 def test_a_cached_report_chooses_backend_sampling(model_path, tmp_path, monkeypatch):
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     path = model_path["smollm2"]
@@ -135,7 +162,7 @@ def test_tensor_types_and_file_type(model_path):
 
 
 @pytest.mark.slow
-@pytest.mark.budget(220)
+@pytest.mark.budget(260)
 def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
     """The whole command: every setting measured in a process of its own, a report, advice."""
     from plookup import cli

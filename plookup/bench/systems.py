@@ -92,8 +92,12 @@ class LocalSystem:
         self.runs += 1
         llm.set_seed(self.runs)
         start = time.perf_counter()
-        # Prefill timed on its own: generate() then finds all but the last prompt token cached.
-        llm.eval(prompt[:-1])
+        # Prefill timed on its own: generate() then finds all but the last prompt token cached
+        # (plookup.Llama's prefill keeps a backend sampler's chains attached, eval would not).
+        if hasattr(llm, "prefill"):
+            llm.prefill(prompt, temp=self.temperature, repeat_penalty=1.0)
+        else:
+            llm.eval(prompt[:-1])
         prefill = time.perf_counter() - start
         self.clock.reset()
         tokens: list[int] = []
