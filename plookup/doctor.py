@@ -20,6 +20,7 @@ from dataclasses import asdict
 
 from .costs import measure_cost_curve, oracle_speedup
 from .exactness import (
+    BACKEND_MARGIN,
     SETTINGS_TO_PROBE,
     TILED_ENV,
     Settings,
@@ -148,11 +149,6 @@ def measure_host(llm, tokens: int = 48) -> dict:
         llm.drafter.max_draft = own
         llm.reset()
     return out
-
-
-# Backend sampling is chosen where it is this much faster: on 2 cores the fastest of 2 rounds
-# still moved 10-30% between settings that run the same kernels for the argmax (SmolLM2).
-BACKEND_MARGIN = 0.05
 
 
 def measure_backend_sampling(llm, rounds: int = 3) -> dict:

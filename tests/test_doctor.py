@@ -162,7 +162,7 @@ def test_tensor_types_and_file_type(model_path):
 
 
 @pytest.mark.slow
-@pytest.mark.budget(260)
+@pytest.mark.budget(300)
 def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
     """The whole command: every setting measured in a process of its own, a report, advice."""
     from plookup import cli
