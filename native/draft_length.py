@@ -35,11 +35,6 @@ def batch_cost(n_tokens, cost):
 
 
 @njit(cache=True)
-def best_draft_length(match_length, agree, hits, trials, cost, min_prefix_probability):
-    return _best_single(match_length, agree, hits, trials, cost, min_prefix_probability)[0]
-
-
-@njit(cache=True)
 def best_draft(match_length, agree, hits, trials, cost, min_prefix_probability):
     """(n, expected tokens per cost) of the best single draft; (0, 1.0) for none."""
     return _best_single(match_length, agree, hits, trials, cost, min_prefix_probability)
@@ -85,7 +80,7 @@ def size_batch_drafts(probs, counts, cost, max_rows):
     m + sum of the probabilities of the draft tokens it verifies. Greedy on marginal gain: the
     next row goes to the slot whose next token is likeliest accepted; the answer is the prefix of
     that order with the best expected tokens per cost, none when no prefix beats drafting nothing
-    (m tokens for cost(m)). With one slot that is :func:`best_draft_length`'s choice.
+    (m tokens for cost(m)). With one slot that is :func:`best_draft`'s choice.
     """
     m = counts.size
     taken = np.zeros(m, dtype=np.int64)

@@ -34,7 +34,6 @@ import numpy as np
 from .draft import CORPUS, REQUEST
 from .native.draft_length import (
     best_draft,
-    best_draft_length,
     best_two_branches,
     length_bucket,
     prefix_probabilities,
@@ -124,7 +123,7 @@ class DraftPolicy:
         if match_length < self.min_match:
             return 0
         hits, trials = self.calibration(source)
-        return best_draft_length(match_length, agree, hits, trials, self.cost, MIN_PREFIX_PROBABILITY)
+        return int(best_draft(match_length, agree, hits, trials, self.cost, MIN_PREFIX_PROBABILITY)[0])
 
     def prefix_probabilities(self, match_length: int, agree: np.ndarray, source: str = REQUEST) -> np.ndarray:
         """p[k]: the chance that draft tokens 0..k are all accepted, as :meth:`choose` weighs them
