@@ -494,7 +494,7 @@ class Llama(llama_cpp.Llama):
         return [future.result() for future in futures]
 
     def prefill(self, tokens: Sequence[int], **sampling) -> None:
-        """Cache `tokens` in slot 0 through the engine, as a generation with `sampling` (the
+        """Cache `tokens` in a slot through the engine, as a generation with `sampling` (the
         arguments of :meth:`generate`) would: one token generated and dropped. A generation of
         the same tokens then decodes only the last one anew, as it would after llama_cpp's
         ``eval(tokens[:-1])``, but its backend chains, if it samples there, are already attached:
