@@ -25,6 +25,7 @@ from .exactness import (
     TILED_ENV,
     Settings,
     advise,
+    backend_walls,
     llamafile_in_build,
     load_report,
     measure_speeds,
@@ -170,8 +171,8 @@ def measure_backend_sampling(llm, rounds: int = 3) -> dict:
         name: {case: min((r[case] for r in rows), key=lambda m: m["ms_per_token"]) for case in rows[0]}
         for name, rows in runs.items()
     }
-    wall = {name: sum(case["ms_per_token"] for case in out[name].values()) for name in runs}
-    out["pays"] = bool(wall["backend"] < (1 - BACKEND_MARGIN) * wall["host"])
+    host, backend = backend_walls(out)
+    out["pays"] = bool(backend < (1 - BACKEND_MARGIN) * host)
     return out
 
 

@@ -373,6 +373,13 @@ def recommended_settings(model_path: str) -> Optional[Settings]:
 BACKEND_MARGIN = 0.05
 
 
+def backend_walls(measured: dict) -> tuple[float, float]:
+    """(host, backend): wall ms per token of a doctor's backend-sampling measurement, its cases
+    (no draft, drafting) summed: what its verdict weighs."""
+    host, backend = (sum(case["ms_per_token"] for case in measured[name].values()) for name in ("host", "backend"))
+    return host, backend
+
+
 def recommended_backend_sampling(model_path: str, settings: Optional[Settings]) -> bool:
     """Whether the doctor found greedy rows faster sampled on the backend for this model and
     build, under `settings` (those the model loads with; None: llama_cpp's defaults)."""
@@ -458,7 +465,7 @@ def _backend_line(config: dict) -> Optional[str]:
     measured = config.get("backend_sampling")
     if not measured:
         return None
-    host, backend = (sum(case["ms_per_token"] for case in measured[name].values()) for name in ("host", "backend"))
+    host, backend = backend_walls(measured)
     change = f"{host:.2f} -> {backend:.2f} ms per token, no draft and drafting together"
     if measured["pays"]:
         return f"greedy rows are sampled on the backend here ({change}); plookup.Llama does so for this model"
