@@ -46,6 +46,7 @@ from .exactness import (
     recommended_settings,
     slots_exact,
 )
+from .grammar import check_grammar
 from .greedy import greedy_rows, logits_row
 from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
@@ -442,6 +443,7 @@ class Llama(llama_cpp.Llama):
                 raise ValueError(
                     f"token id {token} at position {i} is outside the vocabulary of {self._n_vocab}"
                 )
+        check_grammar(self._model.vocab, grammar)  # llama_cpp would add a NULL sampler and crash
         if logits_processor is not None or not self.can_roll_back:
             # A Python logits processor reads self._input_ids at every call, which during a
             # verify step would include unverified draft tokens: decode plainly instead, with

@@ -140,6 +140,23 @@ def test_empty_prompt_is_an_error(smol, plain):
     assert completion(smol)["choices"][0]["text"] == completion(plain)["choices"][0]["text"]
 
 
+@pytest.mark.parametrize("grammar, reason", [
+    ("root ::= undefined", "Undefined rule identifier 'undefined'"),
+    ("root ::= [a-", "unexpected end of input"),
+    ('start ::= "a"', "grammar does not contain a 'root' symbol"),
+])
+def test_a_grammar_that_does_not_parse_is_a_value_error(smol, plain, grammar, reason):
+    """llama_cpp.Llama segfaults on such a grammar (it adds llama.cpp's NULL sampler to the chain)."""
+    bad = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
+    with pytest.raises(ValueError, match=f"grammar: llama.cpp cannot parse it: {reason}"):
+        completion(smol, grammar=bad)
+    with pytest.raises(ValueError, match="grammar"):  # a Python logits processor decodes plainly
+        completion(smol, grammar=bad, logits_processor=llama_cpp.LogitsProcessorList([lambda ids, row: row]))
+    good = llama_cpp.LlamaGrammar.from_string('root ::= " a b c"', verbose=False)
+    assert completion(smol, grammar=good)["choices"][0]["text"] == " a b c"
+    assert completion(smol)["choices"][0]["text"] == completion(plain)["choices"][0]["text"]
+
+
 @pytest.mark.parametrize("messages", [
     [{"role": "user", "content": "hi"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Rename `x`:\n\nx = 1\n"},

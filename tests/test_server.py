@@ -120,6 +120,21 @@ def test_malformed_json_is_400(base_url, client):
     assert count(client).choices[0].text == COUNT_TEXT
 
 
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_a_grammar_that_does_not_parse_is_400_and_the_server_lives(base_url, client, route):
+    """llama-cpp-python hands llama.cpp's NULL for such a grammar to the sampler chain: the first
+    sample segfaulted the server. The check answers 400 with llama.cpp's reason, before the queue."""
+    body = {"model": MODEL, "max_tokens": 4, "grammar": "root ::= undefined-rule"}
+    body.update({"prompt": "hi"} if route == "/v1/completions" else {"messages": [{"role": "user", "content": "hi"}]})
+    status, answer = post_raw(base_url, route, json.dumps(body).encode())
+    assert status == 400, answer
+    assert answer["error"]["param"] == "grammar" and answer["error"]["code"] == "invalid_grammar"
+    assert "Undefined rule identifier 'undefined-rule'" in answer["error"]["message"]
+    status, answer = post_raw(base_url, route, json.dumps(dict(body, grammar='root ::= "1"')).encode())
+    assert status == 200
+    assert count(client).choices[0].text == COUNT_TEXT
+
+
 def test_unknown_model_is_404(client):
     with pytest.raises(openai.NotFoundError) as error:
         client.completions.create(model="gpt-4o", prompt="hi", max_tokens=4)

@@ -34,6 +34,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from ..decoder import Llama
+from ..grammar import check_grammar
 from ..prediction import chunk_text, completion_text, prediction_text
 from .errors import APIError, error_event, install_error_handlers, model_error
 from .guards import CountRequests, LimitBody, ModelGate, RequireKey
@@ -150,6 +151,10 @@ class Service:
             self.check_prediction_size(prediction_text(prediction))
         kwargs = body.model_dump(exclude=NOT_FORWARDED)
         prepare_request_resources(body, lambda _model: self.llm, body.model, kwargs)
+        try:
+            check_grammar(self.llm._model.vocab, kwargs.get("grammar"))
+        except ValueError as e:
+            raise APIError(400, str(e), param="grammar", code="invalid_grammar") from e
         return kwargs, prediction
 
     def check_prediction_size(self, text: str) -> None:
