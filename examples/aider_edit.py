@@ -175,7 +175,7 @@ def serving(model: str, logs: Path, *options: str) -> Iterator[str]:
     Stopped with SIGTERM (a clean exit, which also saves ``--memory``)."""
     port = free_port()
     command = [
-        sys.executable, "-m", "plookup.cli", "serve", "-m", model, "--host", "127.0.0.1",
+        sys.executable, "-m", "plookup.app.cli", "serve", "-m", model, "--host", "127.0.0.1",
         "--port", str(port), "--model-alias", MODEL_ALIAS, "--n-ctx", str(N_CTX),
         "--threads", str(os.cpu_count() or 1), *options,
     ]  # fmt: skip

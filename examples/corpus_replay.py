@@ -17,9 +17,9 @@ import sys
 
 import numpy as np
 
-from plookup.corpus import CorpusIndex
+from plookup.draft.policy import CORPUS_PRIOR_HITS, N_BUCKETS, PRIOR_WEIGHT
+from plookup.index.corpus import CorpusIndex
 from plookup.native.draft_length import length_bucket
-from plookup.policy import CORPUS_PRIOR_HITS, N_BUCKETS, PRIOR_WEIGHT
 
 CONTEXT = 32
 

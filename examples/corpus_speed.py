@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from plookup.corpus import CorpusIndex, build_corpus
+from plookup.index.corpus import CorpusIndex, build_corpus
 
 
 def synthetic(tokens: int, rng) -> list[np.ndarray]:
@@ -76,7 +76,7 @@ def main() -> None:
             mean, p99, length = time_lookups(index, contexts)
             print(f"  lookup, {name:18s}: {mean:6.1f} µs mean, {p99:6.1f} µs p99, match length {length:.1f}")
     if args.tree:
-        from plookup.models import resolve_model
+        from plookup.app.models import resolve_model
 
         index, report = build_corpus([args.tree], resolve_model(args.model))
         print(f"{args.tree}: {report.summary()} -> {report.tokens / report.seconds / 1e6:.2f}M tokens/s "

@@ -7,19 +7,18 @@ Defaults: 8 copy and 4 free-text workloads of standard_workloads(seed=0), 200 to
 on the GPU, gpu.json. For BENCHMARKS.md's H200 figures llama-cpp-python 0.3.36 was built there with
 CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_CUDA_FA=OFF".
 """
-import llama_cpp  # first: on one CUDA image, numpy imported before it crashed llama.cpp's tokenizer
-
 import json
 import sys
 import time
 
+import llama_cpp  # first: on one CUDA image, numpy imported before it crashed llama.cpp's tokenizer
 import numpy as np
 
 import plookup
-from plookup.costs import measure_cost_curve, oracle_speedup
-from plookup.exactness import probe_invariance, measure_speeds
-from plookup.bench.workloads import standard_workloads
-from plookup.bench.plain import chat_prompt_tokens, first_divergence
+from plookup.app.bench.plain import chat_prompt_tokens, first_divergence
+from plookup.app.bench.workloads import standard_workloads
+from plookup.measure.costs import measure_cost_curve, oracle_speedup
+from plookup.measure.exactness import measure_speeds, probe_invariance
 
 path = sys.argv[1]
 n_copy, n_free, max_tokens = (int(a) for a in (sys.argv[2:5] if len(sys.argv) > 4 else (8, 4, 200)))

@@ -26,7 +26,7 @@ def local_server():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "plookup.cli", "serve", "--port", str(port)])
+    server = subprocess.Popen([sys.executable, "-m", "plookup.app.cli", "serve", "--port", str(port)])
     try:
         url = f"http://127.0.0.1:{port}/v1"
         while True:

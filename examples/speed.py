@@ -16,7 +16,7 @@ import time
 import llama_cpp
 
 import plookup
-from plookup.models import resolve_model
+from plookup.app.models import resolve_model
 
 
 def timed_chat(llm: llama_cpp.Llama, messages: list[dict], max_tokens: int, **extra) -> tuple[dict, float]:

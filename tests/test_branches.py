@@ -10,9 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plookup.bench.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
-from plookup.policy import CPU_COST_CURVE, DraftPolicy
-from plookup.suffix_index import SuffixIndex
+from plookup.app.bench.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
+from plookup.draft.policy import CPU_COST_CURVE, DraftPolicy
+from plookup.index.suffix import SuffixIndex
 
 from conftest import kv_positions
 from reference_index import _ends_of, suffix_continuation, suffix_match

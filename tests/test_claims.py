@@ -21,14 +21,14 @@ from fastapi.testclient import TestClient
 from llama_cpp.llama_grammar import JSON_GBNF
 
 import plookup
-from plookup import prediction as prediction_module
-from plookup.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie
-from plookup.bench.workloads import standard_workloads
-from plookup.draft import NO_DRAFT, REQUEST, Draft, frozen_tokens
-from plookup.exactness import llamafile_in_build
-from plookup.policy import PRIOR_HITS, PRIOR_WEIGHT
-from plookup.serve.app import create_app
-from plookup.verify import accept
+from plookup.api import prediction as prediction_module
+from plookup.app.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie
+from plookup.app.bench.workloads import standard_workloads
+from plookup.app.serve.app import create_app
+from plookup.draft.policy import PRIOR_HITS, PRIOR_WEIGHT
+from plookup.draft.values import NO_DRAFT, REQUEST, Draft, frozen_tokens
+from plookup.measure.exactness import llamafile_in_build
+from plookup.verify.accept import accept
 
 from conftest import LLAMA_KWARGS, kv_positions, pair
 
@@ -156,7 +156,7 @@ class Scripted(plookup.SuffixDrafter):
 
 
 def leaky(llm):
-    """plookup.verify.accept, but the sampler chain also takes the rejected draft tokens: what a
+    """plookup.verify.accept.accept, but the sampler chain also takes the rejected draft tokens: what a
     decoder that let penalties see unverified tokens would do."""
 
     def acceptance(draft, sample, stop=None, branch=None):

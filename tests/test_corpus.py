@@ -1,4 +1,4 @@
-"""CorpusIndex (plookup.corpus) against a plain-Python reference, its file refused when foreign,
+"""CorpusIndex (plookup.index.corpus) against a plain-Python reference, its file refused when foreign,
 corrupt or truncated, and building from a tree of files (binary, .gitignored, too large,
 latin-1, invalid UTF-8, empty)."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plookup.corpus import CorpusIndex, build_corpus
-from plookup.corpus_files import collect, parse_gitignore
+from plookup.index.corpus import CorpusIndex, build_corpus
+from plookup.index.corpus_files import collect, parse_gitignore
 from plookup.native import suffix_array as kernels
 
 SEP = kernels.SEP
@@ -315,7 +315,7 @@ def test_build_with_a_real_tokenizer_and_refuse_another_vocabulary(tree, tmp_pat
     index.save(path)
     import llama_cpp
 
-    from plookup.memory import vocabulary_id
+    from plookup.index.memory import vocabulary_id
 
     smol = llama_cpp.Llama(model_path["smollm2"], vocab_only=True, verbose=False)
     tokens = smol.tokenize(b"def add(a, b):\n    return", add_bos=False, special=False)
@@ -330,7 +330,7 @@ def test_build_with_a_real_tokenizer_and_refuse_another_vocabulary(tree, tmp_pat
 
 
 def test_cli_build(tree, tmp_path, capsys):
-    from plookup import cli, corpus
+    from plookup.app import cli, corpus
 
     original = corpus._tokenizer
     corpus._tokenizer = lambda _: (list, "fake")  # bytes -> their values

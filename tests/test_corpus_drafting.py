@@ -1,4 +1,4 @@
-"""Drafting from a static corpus (plookup.corpus) beside the request's own tokens: which source
+"""Drafting from a static corpus (plookup.index.corpus) beside the request's own tokens: which source
 drafts, the corpus's own calibration, the counters, and on a real model the output and refusals."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from plookup.corpus import CorpusIndex
-from plookup.draft import CORPUS, REQUEST
-from plookup.drafters import SuffixDrafter, make_drafter
-from plookup.policy import CORPUS_PRIOR_HITS, PRIOR_HITS, DraftPolicy
+from plookup.draft.drafters import SuffixDrafter, make_drafter
+from plookup.draft.policy import CORPUS_PRIOR_HITS, PRIOR_HITS, DraftPolicy
+from plookup.draft.values import CORPUS, REQUEST
+from plookup.index.corpus import CorpusIndex
 
 DOC = list(range(1000, 1100))  # the corpus's one document
 CORPUS_HISTORY = [5, 6, 7, *DOC[:30]]  # ends with 30 tokens of DOC, which the request never repeats
@@ -127,9 +127,9 @@ def test_corpus_prior_is_more_pessimistic_and_observe_updates_only_its_source():
 @pytest.fixture(scope="module")
 def corpus_case(smol):
     """(prompt, plain greedy output, its top-2 gaps, a corpus holding the answer) for SmolLM2."""
-    from plookup.bench.plain import chat_prompt_tokens, greedy_with_gaps
-    from plookup.bench.workloads import standard_workloads
-    from plookup.memory import vocabulary_id
+    from plookup.app.bench.plain import chat_prompt_tokens, greedy_with_gaps
+    from plookup.app.bench.workloads import standard_workloads
+    from plookup.index.memory import vocabulary_id
 
     # A code edit whose plain output's first near-tie is late (token 48, measured): the corpus holds
     # its answer, which the request's own index (the function it edits) holds only in part.
@@ -145,7 +145,7 @@ def corpus_case(smol):
 
 def test_greedy_output_with_a_corpus_is_plain_greedy_and_drafts_from_it(model_path, corpus_case, tmp_path):
     import plookup
-    from plookup.bench.plain import NEAR_TIE, first_near_tie
+    from plookup.app.bench.plain import NEAR_TIE, first_near_tie
 
     from conftest import LLAMA_KWARGS
 
@@ -165,7 +165,7 @@ def test_greedy_output_with_a_corpus_is_plain_greedy_and_drafts_from_it(model_pa
 
 def test_a_corpus_of_another_vocabulary_is_refused_naming_the_file(model_path, corpus_case, tmp_path, capsys):
     import plookup
-    from plookup import cli
+    from plookup.app import cli
 
     from conftest import LLAMA_KWARGS
 

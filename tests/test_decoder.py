@@ -9,7 +9,7 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.bench.plain import chat_prompt_tokens
+from plookup.app.bench.plain import chat_prompt_tokens
 
 from conftest import LLAMA_KWARGS, kv_positions
 

@@ -9,8 +9,8 @@ from dataclasses import asdict
 import pytest
 
 import plookup
-from plookup import doctor
-from plookup.exactness import (
+from plookup.app import doctor
+from plookup.measure.exactness import (
     Settings,
     advise,
     exact_setting,
@@ -165,7 +165,7 @@ def test_tensor_types_and_file_type(model_path):
 @pytest.mark.budget(300)
 def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
     """The whole command: every setting measured in a process of its own, a report, advice."""
-    from plookup import cli
+    from plookup.app import cli
 
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     out = tmp_path / "doctor.json"

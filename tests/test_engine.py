@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import plookup
-from plookup.bench.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
-from plookup.bench.workloads import standard_workloads
-from plookup.drafters import IndexDrafter
-from plookup.policy import CPU_COST_CURVE, DraftPolicy, size_batch
+from plookup.app.bench.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
+from plookup.app.bench.workloads import standard_workloads
+from plookup.draft.drafters import IndexDrafter
+from plookup.draft.policy import CPU_COST_CURVE, DraftPolicy, size_batch
 
 from conftest import LLAMA_KWARGS
 
@@ -134,7 +134,7 @@ def test_a_broken_sizing_rule_fails_the_reference():
 
 MAX_TOKENS = 48
 # Beside another slot's rows (a unified cache, the default build) the top-2 gap of SmolLM2 moved
-# by up to 0.75 logits (p95 0.51) over 144 rows of plookup.exactness.probe_slots: a wider
+# by up to 0.75 logits (p95 0.51) over 144 rows of plookup.measure.exactness.probe_slots: a wider
 # near-tie than a lone verify batch's (NEAR_TIE, 0.3). The engine now gives each slot a KV stream,
 # where the probe found more rows equal to their lone decode (16/71 against 0/71).
 SHARED_NEAR_TIE = 0.8
@@ -316,7 +316,7 @@ def test_sampling_keeps_each_requests_distribution_with_four_at_once(parallel_sm
 
 
 def test_the_always_right_bound_of_a_batch():
-    from plookup.bench.concurrency import always_right_bound
+    from plookup.app.bench.concurrency import always_right_bound
 
     assert always_right_bound(FLAT, 4, 16) == pytest.approx(17.0)  # free rows: 17 tokens a step for 1
     assert always_right_bound(LINEAR, 4, 16) == pytest.approx(1.0)  # rows cost what they yield

@@ -15,10 +15,10 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.bench.plain import chat_prompt_tokens, first_divergence, greedy_with_gaps
-from plookup.bench.workloads import standard_workloads
-from plookup.exactness import llamafile_in_build, probe_invariance
-from plookup.models import quantized_path
+from plookup.app.bench.plain import chat_prompt_tokens, first_divergence, greedy_with_gaps
+from plookup.app.bench.workloads import standard_workloads
+from plookup.app.models import quantized_path
+from plookup.measure.exactness import llamafile_in_build, probe_invariance
 
 from conftest import LLAMA_KWARGS, MODEL_KWARGS, kv_positions
 from test_sampling import EagerDrafter, assert_same_distribution
@@ -147,7 +147,7 @@ def test_exact_build_gives_plains_text_to_concurrent_requests(model_path):
     plain text, token for token, and each call says it is exact."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from plookup.exactness import cached_slot_invariance, slots_exact
+    from plookup.measure.exactness import cached_slot_invariance, slots_exact
 
     plain = llama_cpp.Llama(model_path["smollm2"], **LLAMA_KWARGS)
     spec = plookup.Llama(model_path["smollm2"], parallel=4, **LLAMA_KWARGS)

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from plookup.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
-from plookup.bench.workloads import standard_workloads
+from plookup.app.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
+from plookup.app.bench.workloads import standard_workloads
 
 from conftest import CODER, kv_positions
 

@@ -1,4 +1,4 @@
-"""Greedy rows read as an argmax (plookup.greedy) pick llama.cpp's sampler chain's tokens.
+"""Greedy rows read as an argmax (plookup.verify.greedy) pick llama.cpp's sampler chain's tokens.
 
 A plain-Python reference of llama.cpp's penalties sampler and greedy sampler (llama-sampler.cpp:
 a candidate array of the whole vocabulary, the repeat penalty on the window's tokens, the first
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plookup.bench.plain import chat_prompt_tokens
-from plookup.greedy import GreedyRows, greedy_rows
+from plookup.app.bench.plain import chat_prompt_tokens
+from plookup.verify.greedy import GreedyRows, greedy_rows
 
 
 class Rows:
@@ -137,10 +137,10 @@ def test_models_give_the_chains_tokens(any_model_pair, monkeypatch, repeat_penal
     prompt = chat_prompt_tokens(llm, MESSAGES)
     fast = generate(llm, prompt, repeat_penalty)
     assert llm.last_stats.sampler == "argmax"
-    monkeypatch.setattr("plookup.decoder.greedy_rows", lambda *a, **k: None)
+    monkeypatch.setattr("plookup.api.llama.greedy_rows", lambda *a, **k: None)
     chain = generate(llm, prompt, repeat_penalty)
     assert llm.last_stats.sampler == "chain"
     assert fast == chain, name
     if repeat_penalty != 1.0:  # control: the same rows without the penalty are another answer
-        monkeypatch.setattr("plookup.decoder.greedy_rows", lambda n_vocab, last_n, **k: GreedyRows(n_vocab))
+        monkeypatch.setattr("plookup.api.llama.greedy_rows", lambda n_vocab, last_n, **k: GreedyRows(n_vocab))
         assert generate(llm, prompt, repeat_penalty) != chain, name

@@ -1,11 +1,11 @@
-"""The bench's host time (plookup.bench.host): decodes counted once each, the parts adding up."""
+"""The bench's host time (plookup.app.bench.host): decodes counted once each, the parts adding up."""
 
 from __future__ import annotations
 
 import pytest
 
-from plookup.bench.host import PARTS, host_microseconds
-from plookup.bench.systems import LocalSystem
+from plookup.app.bench.host import PARTS, host_microseconds
+from plookup.app.bench.systems import LocalSystem
 
 COPY = list(range(300, 340)) * 3  # a prompt that repeats: plookup drafts its continuation
 

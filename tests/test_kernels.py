@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference_index as ref
+from plookup.index.ngram import NgramIndex
+from plookup.index.suffix import SuffixIndex
 from plookup.native.suffix_automaton import WALK_CAP
-from plookup.ngram_index import NgramIndex
-from plookup.suffix_index import SuffixIndex
+
+import reference_index as ref
 
 # Histories stay <= MAX_HISTORY <= WALK_CAP tokens: a suffix-link path never has more
 # non-root states than the history has tokens, so COUNT/RECENT are exact and the
@@ -137,7 +138,7 @@ def test_large_history_finds_planted_copy_within_memory_bound():
     assert agree.tolist() == [1.0] * 16
     assert ngram.match() == (8, copy_end, 1)
 
-    # Bounds documented in native/suffix_automaton.py and native/ngram_hash.py; the
+    # Bounds documented in plookup/native/suffix_automaton.py and plookup/native/ngram_hash.py; the
     # small fixed arrays (meta, per-n answers) get 1 KiB.
     tokens = len(suffix)
     capacity = suffix.tokens.base.size  # the view's base is the whole token buffer
@@ -155,8 +156,8 @@ _FUZZ_SCRIPT = textwrap.dedent(
     import sys
     import numpy as np
     from plookup.native.suffix_automaton import WALK_CAP
-    from plookup.ngram_index import NgramIndex
-    from plookup.suffix_index import SuffixIndex
+    from plookup.index.ngram import NgramIndex
+    from plookup.index.suffix import SuffixIndex
 
     seed, histories, history_len = map(int, sys.argv[1:])
     rng = np.random.default_rng(seed)

@@ -1,9 +1,15 @@
-"""The package's imports run one way: cli → {serve, bench, doctor} → options → core → plookup.native.
+"""The package's folders are the stages of the flow, and imports run one way along it:
+
+    native → index → draft → verify → engine → measure → api → app
+
+A module imports only modules of its own stage or an earlier one (``plookup.files``, where files
+are kept, is below every stage; the package's ``__init__`` re-exports the public names, which the
+commands may import). Inside
+``app`` the commands stack the same way: cli → {serve, bench, doctor, corpus_command} → options,
+and serve and bench leave each other alone.
 
 Read with `ast` from the source, imports inside functions included: no cycle anywhere (a package's
-``__init__`` re-exporting its own children does not count), nothing imports cli, the core never
-imports options, serve, bench or cli, native imports nothing of plookup, and serve and bench leave
-each other alone.
+``__init__`` re-exporting its own children does not count).
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"plookup": ROOT / "plookup", "plookup.native": ROOT / "native"}
-# The layers above the core, by the first part of the module name after "plookup.".
-LAYERS = {"cli": 3, "serve": 2, "bench": 2, "doctor": 2, "options": 1}
-COMMANDS = ("serve", "bench", "doctor")
+PACKAGES = {"plookup": ROOT / "plookup"}
+STAGES = ("native", "index", "draft", "verify", "engine", "measure", "api", "app")
+BASE = {"plookup.files"}  # below every stage
+# The parts of app by the name after "plookup.app.": the command line, its commands, their options.
+APP_LAYERS = ("cli", "serve", "bench", "doctor", "corpus_command", "options")
+COMMANDS = ("serve", "bench", "doctor", "corpus_command")
 
 
 def modules() -> dict[str, Path]:
@@ -67,11 +75,22 @@ def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
-def layer(name: str) -> str:
-    if name == "plookup.native" or name.startswith("plookup.native."):
-        return "native"
-    first = name.split(".")[1] if name.count(".") else ""
-    return first if first in LAYERS else "core"
+def stage(name: str) -> int:
+    """The stage's rank; -1 below every stage (plookup.files). The package itself, the public API
+    (re-exporting app.models' paths too), ranks with app: commands may `import plookup`."""
+    if name in BASE:
+        return -1
+    parts = name.split(".")
+    if len(parts) == 1:
+        return STAGES.index("app")
+    assert parts[1] in STAGES, f"{name} is in no stage: put it in one of {STAGES}"
+    return STAGES.index(parts[1])
+
+
+def app_layer(name: str) -> str:
+    """Inside app: the command a module belongs to, "options", "cli", or "" (shared helpers)."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "app" and parts[2] in APP_LAYERS else ""
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -100,24 +119,25 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
     bad = []
     for source, targets in graph.items():
         for target in targets:
-            a, b = layer(source), layer(target)
-            if b == "cli":
+            if stage(target) > stage(source):
+                bad.append(f"{source} imports {target}, a later stage")
+                continue
+            a, b = app_layer(source), app_layer(target)
+            if b == "cli" and a != "cli":
                 bad.append(f"{source} imports the command line ({target})")
-            elif a == "native" and b != "native":
-                bad.append(f"{source}: native kernels import nothing of plookup ({target})")
-            elif a in ("core", "native") and b in LAYERS:
-                bad.append(f"core module {source} imports {target}")
             elif a == "options" and b in COMMANDS:
                 bad.append(f"{source} imports {target}")
             elif a in COMMANDS and b in COMMANDS and a != b:
                 bad.append(f"{source} imports its sibling {target}")
+            elif b and not a and stage(source) == stage(target):
+                bad.append(f"the shared helper {source} imports the command's {target}")
     return bad
 
 
 def test_the_package_is_where_this_test_looks():
     known = modules()
-    assert {"plookup.decoder", "plookup.verify", "plookup.cli", "plookup.options", "plookup.serve.app",
-            "plookup.bench.command", "plookup.native.suffix_automaton"} <= set(known)  # fmt: skip
+    assert {"plookup.api.llama", "plookup.verify.accept", "plookup.app.cli", "plookup.app.options",
+            "plookup.app.serve.app", "plookup.app.bench.command", "plookup.native.suffix_automaton"} <= set(known)  # fmt: skip
 
 
 def test_no_import_cycle_and_imports_run_one_way():
@@ -126,22 +146,35 @@ def test_no_import_cycle_and_imports_run_one_way():
     assert violations(graph) == []
 
 
-def test_the_check_catches_a_cycle_and_a_core_module_importing_serve():
+def test_every_module_is_in_a_stage():
+    for name in modules():
+        stage(name)
+
+
+def test_the_check_catches_a_cycle_and_an_import_against_the_flow():
     graph = import_graph(modules())
-    graph["plookup.verify"] = graph["plookup.verify"] | {"plookup.serve.app"}  # serve.app imports the decoder
+    graph["plookup.verify.accept"] = graph["plookup.verify.accept"] | {"plookup.app.serve.app"}  # serve.app imports the API
     assert find_cycle(graph) is not None
-    assert violations(graph) == ["core module plookup.verify imports plookup.serve.app"]
+    assert violations(graph) == ["plookup.verify.accept imports plookup.app.serve.app, a later stage"]
+    graph = import_graph(modules())
+    graph["plookup.index.memory"] = graph["plookup.index.memory"] | {"plookup.draft.policy"}
+    assert find_cycle(graph) is None
+    assert violations(graph) == ["plookup.index.memory imports plookup.draft.policy, a later stage"]
+    graph = import_graph(modules())
+    graph["plookup.app.bench.systems"] = graph["plookup.app.bench.systems"] | {"plookup.app.serve.app"}
+    assert violations(graph) == ["plookup.app.bench.systems imports its sibling plookup.app.serve.app"]
 
 
 @pytest.mark.parametrize(
     "source, statement, expected",
     [
-        ("plookup.decoder", "from .verify import accept", {"plookup.verify"}),
-        ("plookup.bench.command", "from ..options import model_kwargs", {"plookup.options"}),
-        ("plookup.cli", "from .bench import command", {"plookup.bench.command"}),
-        ("plookup.suffix_index", "from .native import suffix_automaton", {"plookup.native.suffix_automaton"}),
-        ("plookup.bench.systems", "import plookup.decoder", {"plookup.decoder"}),
-        ("plookup.decoder", "import numpy", set()),
+        ("plookup.api.llama", "from ..verify.accept import accept", {"plookup.verify.accept"}),
+        ("plookup.api.llama", "from ..verify import accept", {"plookup.verify.accept"}),
+        ("plookup.app.bench.command", "from ..options import model_kwargs", {"plookup.app.options"}),
+        ("plookup.app.cli", "from .bench import command", {"plookup.app.bench.command"}),
+        ("plookup.index.suffix", "from ..native import suffix_automaton", {"plookup.native.suffix_automaton"}),
+        ("plookup.app.bench.systems", "import plookup.api.llama", {"plookup.api.llama"}),
+        ("plookup.api.llama", "import numpy", set()),
     ],
 )
 def test_imports_are_resolved_to_modules(source, statement, expected):
@@ -150,11 +183,12 @@ def test_imports_are_resolved_to_modules(source, statement, expected):
 
 
 def test_pyproject_ships_every_package():
-    """setuptools installs only the packages pyproject lists by hand (a non-editable install of a
-    folder it misses would fail on import)."""
+    """setuptools installs the packages its find rule matches (a non-editable install of a folder
+    it missed would fail on import)."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = set(config["packages"])
+    from setuptools import find_packages
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    found = set(find_packages(str(ROOT), include=config["include"]))
     folders = {name for name, path in modules().items() if path.name == "__init__.py"}
-    assert listed == folders
-    assert config["package-dir"] == {"plookup.native": "native"}
+    assert found == folders

@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference_index as ref
-from plookup.drafters import SuffixDrafter
-from plookup.memory import KEEP_FRACTION, SEP, GlobalMemory
+from plookup.draft.drafters import SuffixDrafter
+from plookup.index.memory import KEEP_FRACTION, SEP, GlobalMemory
+from plookup.index.suffix import SuffixIndex
 from plookup.native.suffix_automaton import WALK_CAP
-from plookup.suffix_index import SuffixIndex
+
+import reference_index as ref
 
 # Texts <= WALK_CAP tokens keep COUNT/RECENT exact (see test_kernels.py).
 MAX_TEXT = 256
@@ -177,7 +178,7 @@ def test_eviction_keeps_the_bound_fifo_order_and_memory():
         assert len(memory) == sum(map(len, held)) <= max_tokens
         assert memory.documents == len(held)
         most_documents = max(most_documents, len(held))
-        # Bound from plookup/memory.py's docstring.
+        # Bound from plookup/index/memory.py's docstring.
         assert memory.nbytes <= 280 * (max_tokens + memory.documents) + 1024 + 8 * memory.documents
     assert len(memory) >= KEEP_FRACTION * max_tokens - 700  # eviction stops near the low-water mark
     # A document over the bound keeps its newest max_tokens tokens.
@@ -238,7 +239,7 @@ def test_corrupt_memory_file_is_an_error_naming_it(tmp_path, content):
 def test_memory_option_reports_a_bad_file_starts_empty_and_replaces_it(tmp_path, model_path, capsys):
     import argparse
 
-    from plookup.options import open_memory
+    from plookup.app.options import open_memory
 
     path = tmp_path / "memory.npz"
     path.write_bytes(b"garbage")
@@ -246,7 +247,7 @@ def test_memory_option_reports_a_bad_file_starts_empty_and_replaces_it(tmp_path,
     memory = open_memory(args, model_path["smollm2"])
     assert "not a plookup memory file" in capsys.readouterr().err and len(memory) == 0
     memory.add([5, 6, 7])
-    from plookup.options import model_vocabulary
+    from plookup.app.options import model_vocabulary
 
     memory.save(path, model_vocabulary(model_path["smollm2"]))
     assert [d.tolist() for d in open_memory(args, model_path["smollm2"]).documents_tokens()] == [[5, 6, 7]]
@@ -313,8 +314,8 @@ def test_drafter_drafts_from_memory_and_counts_accepted():
 
 def test_second_request_drafts_from_memory(model_path, smol):
     import plookup
-    from plookup.bench.plain import NEAR_TIE, chat_prompt_tokens, first_near_tie, greedy_with_gaps
-    from plookup.bench.workloads import standard_workloads
+    from plookup.app.bench.plain import NEAR_TIE, chat_prompt_tokens, first_near_tie, greedy_with_gaps
+    from plookup.app.bench.workloads import standard_workloads
 
     from conftest import LLAMA_KWARGS
 

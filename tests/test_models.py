@@ -17,7 +17,7 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup import models
+from plookup.app import models
 
 VERSION = "1.0"
 N_PARTS = 11  # part10 and part11 sort before part2 as strings: the join must go by number

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plookup.policy import CPU_COST_CURVE, MIN_PREFIX_PROBABILITY, N_BUCKETS, DraftPolicy
+from plookup.draft.policy import CPU_COST_CURVE, MIN_PREFIX_PROBABILITY, N_BUCKETS, DraftPolicy
 
 FLAT = np.ones(16)  # memory-bound hardware: verifying 16 tokens costs what one does
 STEEP = np.arange(1, 17, dtype=float)  # n tokens cost n single decodes: drafting can never pay
@@ -108,7 +108,7 @@ def test_kernel_matches_the_rule_written_out(match_length, agree, outcomes, slop
 def test_cost_curve_times_one_token_decodes_as_plain_decoding_runs_them(monkeypatch):
     # A GPU backend replays a captured graph only while the batch shape repeats: a fake decode
     # that is 3x dearer whenever the shape changed must not make one-token decodes look dear.
-    from plookup import costs
+    from plookup.measure import costs
 
     last = []
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plookup.prediction import prediction_text, prediction_usage
+from plookup.api.prediction import prediction_text, prediction_usage
 
 # Plain greedy decoding of both prompts has no near-tie (top-2 logit gap < 0.3) over the tokens
 # generated here on SmolLM2 (checked with plookup.plain.greedy_with_gaps), so the text with and

@@ -24,11 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import plookup
-from plookup.costs import measure_cost_curve
-from plookup.drafters import NgramDrafter, SuffixDrafter
-from plookup.memory import GlobalMemory
-
-from plookup.policy import CPU_COST_CURVE
+from plookup.draft.drafters import NgramDrafter, SuffixDrafter
+from plookup.draft.policy import CPU_COST_CURVE
+from plookup.index.memory import GlobalMemory
+from plookup.measure.costs import measure_cost_curve
 
 from conftest import LLAMA_KWARGS, kv_positions
 
@@ -439,7 +438,7 @@ def test_property_tests_under_boundscheck(tmp_path):
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
     probe = (
         "import numpy as np; from plookup.native import suffix_automaton as sam; "
-        "from plookup.suffix_index import SuffixIndex; i = SuffixIndex(capacity=1); "
+        "from plookup.index.suffix import SuffixIndex; i = SuffixIndex(capacity=1); "
         "sam.sam_extend(np.arange(3), i._tokens, i._states, i._edges, i._slots, i._meta)"
     )
     # The check is really on: writing 3 tokens into a 1-token buffer raises.
@@ -495,7 +494,7 @@ def test_recurrent_models_decode_plainly_with_one_warning(model_path, monkeypatc
 
 
 def test_cost_curve_cache_is_owner_only_and_a_corrupt_one_is_replaced(model_path, tmp_path, monkeypatch):
-    from plookup.costs import cached_cost_curve, curve_key
+    from plookup.measure.costs import cached_cost_curve, curve_key
 
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     llm = plookup.Llama(model_path["smollm2"], **dict(KWARGS, n_ctx=64))  # measures and caches

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plookup.bench.command import given_cost_curve
+from plookup.app.bench.command import given_cost_curve
 
 H200 = Path(__file__).resolve().parent.parent / "docs" / "cost-curve-h200-smollm2-q4_1.json"
 

@@ -10,7 +10,7 @@ from llama_cpp.llama_grammar import LlamaGrammar
 from scipy.stats import chi2_contingency
 
 import plookup
-from plookup.verify import Verdict
+from plookup.verify.accept import Verdict
 
 from conftest import CODER, LLAMA_KWARGS, MODEL_KWARGS, pair
 
@@ -105,7 +105,7 @@ def eager(name: str, model_path) -> plookup.Llama:
 
 
 def accept_everything(draft, sample, stop=None, branch=None) -> Verdict:
-    """A deliberately wrong rule with plookup.verify.accept's interface: every draft token is kept,
+    """A deliberately wrong rule with plookup.verify.accept.accept's interface: every draft token is kept,
     whatever the model samples, and one more token is sampled after them."""
     token, _ = sample(len(draft))
     return Verdict((*draft, token), stopped=False, branch_taken=False)

@@ -18,8 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from plookup.serve.app import create_app
-from plookup.serve.limits import Limits
+from plookup.app.serve.app import create_app
+from plookup.app.serve.limits import Limits
 
 from conftest import STEPS_AFTER_HANG_UP, serving, steps_after_hang_up
 from test_prediction import COUNT_PROMPT, COUNT_TEXT

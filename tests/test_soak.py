@@ -19,9 +19,8 @@ import itertools
 import json
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
-
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import psutil

@@ -1,6 +1,6 @@
-"""The acceptance rule (plookup.verify.accept) driven by fake samplers, with no model: greedy walks,
+"""The acceptance rule (plookup.verify.accept.accept) driven by fake samplers, with no model: greedy walks,
 a branch taken, a stopping criterion mid-draft, the bonus token, and the sampling-agreement counts;
-the batch layout it reads (plookup.batch.verify_rows); and a broken rule that these tests catch."""
+the batch layout it reads (plookup.verify.rows.verify_rows); and a broken rule that these tests catch."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from plookup.batch import verify_rows
-from plookup.draft import Branch
-from plookup.verify import Verdict, accept
+from plookup.draft.values import Branch
+from plookup.verify.accept import Verdict, accept
+from plookup.verify.rows import verify_rows
 
 
 def greedy(rows: dict[int, int]):
@@ -203,8 +203,8 @@ def test_the_property_rejects_a_broken_rule(broken):
 
 
 def test_a_corrupt_invariance_cache_is_reported_and_measured_again(tmp_path, monkeypatch):
-    from plookup import exactness
-    from plookup.exactness import Invariance, RowCheck, cached_invariance, cached_slot_invariance
+    from plookup.measure import exactness
+    from plookup.measure.exactness import Invariance, RowCheck, cached_invariance, cached_slot_invariance
 
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(exactness, "curve_key", lambda llm: "key")  # no model: the probes are faked

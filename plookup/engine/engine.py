@@ -1,14 +1,14 @@
 """The engine: one llama_context, N slots, one ``llama_decode`` per step for every generation.
 
 A step gathers, for every generation that wants tokens, its rows: a decoding generation's pending
-token and draft (:func:`plookup.batch.verify_rows`, on its own sequence), and a prefilling one's
+token and draft (:func:`plookup.verify.rows.verify_rows`, on its own sequence), and a prefilling one's
 next chunk of prompt (logits at the chunk's last row only, as llama_cpp's ``eval`` asks). One
-decode; then :func:`plookup.verify.accept` judges each generation's rows, each one's rejected draft
+decode; then :func:`plookup.verify.accept.accept` judges each generation's rows, each one's rejected draft
 tokens leave its own sequence, and the tokens it emits wait in its ``out`` queue for its consumer.
 
 Drafts: a lone decoding generation drafts with its policy as a single stream does (a second branch
 included where the context has branch sequences); several are sized together for the step's cost
-(:func:`plookup.policy.size_batch`, or :func:`.streams.size_streams` where every slot has a KV
+(:func:`plookup.draft.policy.size_batch`, or :func:`.streams.size_streams` where every slot has a KV
 stream of its own, as it has with several slots): a busy batch drafts less, a full one nothing.
 
 Threads: each request's thread consumes its own generation (:meth:`Engine.tokens`). A consumer
@@ -22,7 +22,7 @@ stream's loop, on the caller's thread, with nothing in between.
 Exactness: a generation that never shared a step or the cache with another sequence is decoded
 as a lone stream is. One that did is claimed exact only where ``shared_exact`` says the layout
 keeps a slot's rows its lone decode (a KV stream per slot, measured by
-:func:`plookup.exactness.probe_slots`); elsewhere its ``stats.exact`` becomes False, since in a
+:func:`plookup.measure.exactness.probe_slots`); elsewhere its ``stats.exact`` becomes False, since in a
 unified cache its cells interleave with the others' and its rows round differently.
 """
 
@@ -38,10 +38,10 @@ from typing import Iterator, Optional
 import llama_cpp
 import numpy as np
 
-from ..backend_greedy import BackendGreedy, Chains
-from ..batch import decode_chunks, fill, last_row_logits, sequence_rows, verify_rows
-from ..draft import CORPUS, MEMORY, NO_DRAFT, Draft
-from ..policy import size_batch
+from ..draft.policy import size_batch
+from ..draft.values import CORPUS, MEMORY, NO_DRAFT, Draft
+from ..verify.backend import BackendGreedy, Chains
+from ..verify.rows import decode_chunks, fill, last_row_logits, sequence_rows, verify_rows
 from .slot import Generation, Slot
 from .streams import size_streams
 
@@ -58,7 +58,7 @@ class Engine:
                  streams: bool = False):  # fmt: skip
         """`branch_sequences`: the context has a second sequence per slot for a draft's branch
         (without, drafts must carry none). `shared_exact`: a slot's rows beside other slots' are
-        bitwise its lone decode here (measured: :func:`plookup.exactness.probe_slots`).
+        bitwise its lone decode here (measured: :func:`plookup.measure.exactness.probe_slots`).
         `streams`: each slot's sequence has a KV stream of its own (see :mod:`.streams`)."""
         self.llm = llm
         size = len(llm.input_ids)
@@ -81,7 +81,7 @@ class Engine:
         self.steps = 0  # decodes made, and their rows: what /metrics reports
         self.rows = 0
         # Backend greedy chains on the slots whose latest generation sampled with them (attaching
-        # or detaching costs a graph reserve: see plookup.backend_greedy).
+        # or detaching costs a graph reserve: see plookup.verify.backend).
         self.chains = Chains(llm._ctx)
 
     @property

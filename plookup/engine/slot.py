@@ -58,9 +58,9 @@ class Generation:
     consumer: ``out`` (a deque it pops from, thread-safe), ``taken`` and ``done`` (release)."""
 
     slot: Optional[Slot]  # None until the engine hands it one
-    call: object  # plookup.decoder.Call
+    call: object  # plookup.api.llama.Call
     drafter: object  # an IndexDrafter, this generation's only (chosen with the slot)
-    sampler: object  # sample(ctx, row): plookup.greedy.GreedyRows, or llama_cpp's LlamaSampler chain
+    sampler: object  # sample(ctx, row): plookup.verify.greedy.GreedyRows, or llama_cpp's LlamaSampler chain
     randomly: bool  # temperature != 0: the policy learns how often samples are the argmax
     stopping_criteria: object
     prompt: list[int]

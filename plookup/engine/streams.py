@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..draft.policy import validate_cost_curve
 from ..native.draft_length import batch_cost
-from ..policy import validate_cost_curve
 
 
 def streams_step_cost(rows: list[int], cost: np.ndarray) -> float:

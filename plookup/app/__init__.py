@@ -1,0 +1,1 @@
+"""Commands: plookup generate / serve / bench / doctor / corpus / models, and the options they share."""

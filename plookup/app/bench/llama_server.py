@@ -1,0 +1,134 @@
+"""llama.cpp's own model-free drafters, through a `llama-server` binary, as a bench system.
+
+The server is started on 127.0.0.1 at a free port with the bench's model, context and threads, one
+slot (``-np 1``) or, for ``plookup bench --concurrency``, as many as clients (each with the whole
+n_ctx, as plookup's slots have); each run POSTs the prompt tokens to /completion with prompt
+caching off and reads the server's own timings and draft counters, or, streamed
+(:meth:`ServerSystem.stream`), the time each token reached the client.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from typing import Optional, Sequence
+
+from ...api.stats import SpecStats
+from .systems import run_record
+
+SPEC_TYPES = ("ngram-mod", "ngram-map-k")
+STARTUP_SECONDS = 120
+
+
+def find_llama_server(path: Optional[str]) -> Optional[str]:
+    return shutil.which(path) if path else shutil.which("llama-server")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _peak_rss_mib(pid: int) -> Optional[float]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+class ServerSystem:
+    """`spec_type` None: the server decodes without drafting."""
+
+    def __init__(self, binary: str, spec_type: Optional[str], model_kwargs: dict, eos_token: int, slots: int = 1):
+        self.name = f"server-{spec_type or 'plain'}"
+        self.eos_token = eos_token
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        threads = str(model_kwargs["n_threads"])
+        flags = ["--spec-type", spec_type] if spec_type else []
+        # llama_cpp's default is off, the server's auto (on here): the same for both.
+        flags += ["-fa", "on" if model_kwargs.get("flash_attn") else "off"]
+        self.process = subprocess.Popen(
+            [binary, "-m", model_kwargs["model_path"], "--host", "127.0.0.1", "--port", str(port),
+             "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots), *flags],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name}: llama-server exited with {self.process.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.5)
+        self.close()
+        raise RuntimeError(f"{self.name}: llama-server not healthy after {STARTUP_SECONDS}s")
+
+    def _completion(self, prompt: Sequence[int], max_tokens: int, **options) -> urllib.request.Request:
+        """A /completion request for the prompt's tokens, prompt caching off."""
+        body = dict(prompt=list(map(int, prompt)), n_predict=max_tokens, cache_prompt=False, return_tokens=True,
+                    **options)  # fmt: skip
+        return urllib.request.Request(
+            f"{self.url}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+
+    def run(self, prompt: Sequence[int], max_tokens: int) -> dict:
+        request = self._completion(prompt, max_tokens, temperature=0.0, top_k=1)
+        start = time.perf_counter()
+        with urllib.request.urlopen(request) as r:
+            reply = json.load(r)
+        total = time.perf_counter() - start
+        return server_record(reply, total, self.eos_token, _peak_rss_mib(self.process.pid))
+
+    def stream(self, prompt: Sequence[int], max_tokens: int, temperature: float, seed: int,
+               through_eog: bool = False) -> dict:  # fmt: skip
+        """One streamed request of up to `max_tokens` tokens: the time each token reached the
+        client, the end-of-generation token included (the server does not send it);
+        `through_eog`: on past end-of-generation tokens (llama-server's ignore_eos)."""
+        request = self._completion(prompt, max_tokens, temperature=temperature, seed=seed, stream=True,
+                                   ignore_eos=through_eog)  # fmt: skip
+        start, times = time.perf_counter(), []
+        with urllib.request.urlopen(request) as r:
+            for line in r:
+                if not line.startswith(b"data: "):
+                    continue
+                chunk = json.loads(line[len(b"data: ") :])
+                now = time.perf_counter()
+                times += [now] * len(chunk.get("tokens") or ())
+                if chunk.get("stop") and chunk.get("stop_type") == "eos":
+                    times.append(now)
+        return dict(start=start, times=times[:max_tokens], forward_passes=None, accepted=None)
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def server_record(reply: dict, total_s: float, eos_token: int, rss_mib: Optional[float]) -> dict:
+    """A run record from a /completion reply; the server omits the end-of-generation token that
+    the other systems report, so it is put back."""
+    tokens = list(reply.get("tokens", []))
+    if reply.get("stop_type") == "eos":
+        tokens.append(eos_token)
+    timings = reply["timings"]
+    prefill = timings["prompt_ms"] / 1000
+    per_token = timings["predicted_ms"] / 1000 / max(1, timings["predicted_n"])
+    stats = SpecStats(drafted=timings.get("draft_n", 0), accepted=timings.get("draft_n_accepted", 0))
+    stats.forward_passes = None  # the server does not report its verify steps
+    return run_record(tokens, prefill, prefill + per_token, total_s, stats, rss_mib)

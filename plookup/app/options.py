@@ -1,0 +1,129 @@
+"""The model and drafter options that `plookup generate`, `bench` and `serve` share, and the model
+they load from them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional
+
+from ..draft.drafters import DEFAULT_MAX_DRAFT, DRAFTERS, make_drafter
+from ..index.memory import DEFAULT_MEMORY_TOKENS, GlobalMemory, vocabulary_id
+from .models import resolve_model
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Options every subcommand that loads a model shares."""
+    parser.add_argument(
+        "-m", "--model", metavar="MODEL",
+        help="GGUF file, or a name of `plookup models list` (e.g. qwen-coder-0.5b:q8_0), fetched on "
+             "first use (default: the bundled SmolLM2-135M)",
+    )  # fmt: skip
+    parser.add_argument("--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count(),
+        help="threads for single-token and batched decoding alike (default: all cores)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-draft", type=int, default=DEFAULT_MAX_DRAFT,
+        help=f"most draft tokens per step (default {DEFAULT_MAX_DRAFT})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--flash-attn", choices=("on", "off"),
+        help="llama.cpp's flash attention (default: llama_cpp's, off, unless `plookup doctor` chose "
+             "settings for the model; on was 19%% faster on 2 cores with SmolLM2 at 2 slots)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--backend-sampling", choices=("on", "off"),
+        help="sample greedy rows inside llama.cpp's graph, reading token ids instead of logits "
+             "(default: what `plookup doctor` found faster for the model, else off)",
+    )  # fmt: skip
+
+
+def add_drafter_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--drafter", choices=list(DRAFTERS), default="suffix")
+    parser.add_argument(
+        "--memory", metavar="PATH",
+        help="cross-request memory (suffix drafter): drafts also from earlier requests; loaded from "
+             "PATH at start when present, saved there (owner-only) on a clean exit",
+    )  # fmt: skip
+    parser.add_argument(
+        "--corpus", metavar="FILE",
+        help="also draft from a corpus of your files (suffix drafter): the one index file that "
+             "`plookup corpus build PATH... -o FILE -m MODEL` wrote for this model (build one file "
+             "from every folder you want in it); refused when built for another model",
+    )  # fmt: skip
+    parser.add_argument(
+        "--memory-tokens", type=int, metavar="N",
+        help=f"the memory's bound in tokens, oldest requests dropped first (default: the file's, "
+             f"else {DEFAULT_MEMORY_TOKENS})",
+    )  # fmt: skip
+
+
+def model_kwargs(args: argparse.Namespace) -> dict:
+    kwargs = dict(
+        model_path=resolve_model(args.model),
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        verbose=False,
+    )
+    if getattr(args, "flash_attn", None) is not None:  # else the model's own choice (doctor) stands
+        kwargs["flash_attn"] = args.flash_attn == "on"
+    if getattr(args, "backend_sampling", None) is not None:  # plookup.Llama's own (see llama_cpp_kwargs)
+        kwargs["backend_sampling"] = args.backend_sampling == "on"
+    return kwargs
+
+
+def llama_cpp_kwargs(kwargs: dict) -> dict:
+    """:func:`model_kwargs` for a llama_cpp.Llama: without plookup.Llama's own options."""
+    return {k: v for k, v in kwargs.items() if k != "backend_sampling"}
+
+
+def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None):
+    """plookup.Llama (with `parallel` slots; `decode_thread`: see plookup.Llama), or
+    llama_cpp.Llama when speculation is off."""
+    kwargs = model_kwargs(args)
+    if speculative:
+        from ..api.llama import Llama
+
+        memory = open_memory(args, kwargs["model_path"])
+        return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel,
+                     decode_thread=decode_thread, corpus=getattr(args, "corpus", None), **kwargs)  # fmt: skip
+    import llama_cpp
+
+    return llama_cpp.Llama(**llama_cpp_kwargs(kwargs))
+
+
+def open_memory(args: argparse.Namespace, model_path: str) -> Optional[GlobalMemory]:
+    """The memory of ``--memory``: loaded when its file is there, else empty. A corrupt file, or
+    one of another model's vocabulary, is reported and not used (a clean exit replaces it)."""
+    if getattr(args, "memory", None) is None:
+        if getattr(args, "memory_tokens", None) is not None:
+            raise ValueError("--memory-tokens bounds a memory: give its file with --memory PATH")
+        return None
+    if args.drafter != "suffix":
+        raise ValueError("--memory drafts with the suffix drafter (--drafter suffix)")
+    if args.memory_tokens is not None and args.memory_tokens < 1:
+        raise ValueError(f"--memory-tokens must be >= 1, got {args.memory_tokens}")
+    if os.path.exists(args.memory):
+        try:
+            return GlobalMemory.load(args.memory, model_vocabulary(model_path), args.memory_tokens)
+        except ValueError as e:
+            print(f"plookup: {e}; starting with an empty memory (the file is replaced on a clean exit)",
+                  file=sys.stderr)  # fmt: skip
+    return GlobalMemory(args.memory_tokens or DEFAULT_MEMORY_TOKENS)
+
+
+def save_memory(args: argparse.Namespace, llm) -> None:
+    """Keep ``--memory`` for the next run (after a clean exit only: a crash keeps the last file)."""
+    memory = getattr(llm.drafter, "memory", None) if hasattr(llm, "drafter") else None
+    if getattr(args, "memory", None) and memory is not None:
+        memory.save(args.memory, vocabulary_id(llm))
+
+
+def model_vocabulary(model_path: str) -> str:
+    import llama_cpp
+
+    return vocabulary_id(llama_cpp.Llama(model_path, vocab_only=True, verbose=False))

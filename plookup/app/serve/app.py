@@ -1,0 +1,297 @@
+"""The OpenAI-compatible FastAPI app behind `plookup serve`, serving one :class:`plookup.Llama`.
+
+A completion request passes, in order: the guards (API key, body size; :mod:`.guards`); the
+checks that need no model time (model name, prediction size, and the prompt's length, measured by
+llama_cpp's own request preparation) so that every refusal is a real 4xx, a streamed request's
+included; the gate (as many generations at a time as the model has slots, ``--parallel``; a
+bounded queue beyond them); the generation, in a worker thread, as one
+:meth:`plookup.Llama.request` that ends at the next step once the client hangs up (the model's
+engine decodes every running generation in the same steps);
+and, after the gate, prediction accounting and metrics from that request's own stats.
+
+Reused from llama_cpp.server: the request schemas (every sampling field it accepts, with its
+defaults), ``prepare_request_resources`` (logit_bias, grammar, min_tokens) and its error wording.
+Not reused: its settings and ``LlamaProxy`` (they construct ``llama_cpp.Llama``) and its routes,
+which drop ``prediction``, answer invalid requests with 500, and leave an abandoned stream's
+generator to the garbage collector.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Callable, List, Literal, Optional, Union
+
+import anyio
+import llama_cpp
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from llama_cpp.server.app import prepare_request_resources
+from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
+from pydantic import BaseModel
+from sse_starlette.sse import EventSourceResponse
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+
+from ...api.llama import Llama
+from ...api.prediction import chunk_text, completion_text, prediction_text
+from ...verify.grammar import check_grammar
+from .errors import APIError, error_event, install_error_handlers, model_error
+from .guards import CountRequests, LimitBody, ModelGate, RequireKey
+from .limits import Limits
+from .metrics import CONTENT_TYPE, Metrics
+
+ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health"})
+
+
+class PredictionTextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class Prediction(BaseModel):
+    """OpenAI's Predicted Outputs: text much of the output is expected to repeat."""
+
+    type: Literal["content"]
+    content: Union[str, List[PredictionTextPart]]
+
+
+class CompletionRequest(CreateCompletionRequest):
+    prediction: Optional[Prediction] = None
+
+
+class ChatCompletionRequest(CreateChatCompletionRequest):
+    prediction: Optional[Prediction] = None
+
+
+# Request fields the create_* methods do not take (llama_cpp.server drops the same ones).
+NOT_FORWARDED = {"n", "best_of", "logit_bias_type", "user", "min_tokens", "prediction", "stream"}
+
+
+class PromptTokens(Exception):
+    """Raised by :class:`PromptProbe` where generation would start, carrying the prompt."""
+
+    def __init__(self, tokens):
+        super().__init__()
+        self.tokens = list(tokens)
+
+
+class PromptProbe:
+    """Stands in for the model in llama_cpp's own request preparation (chat template, infill
+    tokens, length check) and stops where generation would start: the prompt is known, and a
+    prompt over the context window has raised llama_cpp's ValueError, before any model time.
+    Reads the model's tokenizer and settings only; touches neither its context nor its seed."""
+
+    cache = None
+
+    def __init__(self, llm: Llama):
+        self._llm = llm
+
+    def __getattr__(self, name):
+        return getattr(self._llm, name)
+
+    def set_seed(self, seed) -> None:
+        pass
+
+    def generate(self, tokens, *args, **kwargs):
+        raise PromptTokens(tokens)
+
+    def _create_completion(self, *args, **kwargs):
+        return llama_cpp.Llama._create_completion(self, *args, **kwargs)
+
+    def create_completion(self, *args, **kwargs):
+        return llama_cpp.Llama.create_completion(self, *args, **kwargs)
+
+    def prompt(self, create_name: str, kwargs: dict) -> list[int]:
+        try:
+            getattr(llama_cpp.Llama, create_name)(self, **dict(kwargs, stream=False))
+        except PromptTokens as found:
+            return found.tokens
+        raise RuntimeError("llama_cpp's request preparation ended without generating")
+
+
+class ClosingEventSource(EventSourceResponse):
+    """An event stream that runs `on_close` however its response ends: sent, failed, or cut off
+    by the client (the gate and the model's stream must never wait for the garbage collector)."""
+
+    def __init__(self, content, on_close: Callable, **kwargs):
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._on_close()
+
+
+async def watch_disconnect(request: Request, gone: threading.Event) -> None:
+    """Set `gone` when the client hangs up (the body is read: receive waits for the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+class Service:
+    """What the routes do with one model: admit a request (the checks that need no model time),
+    run it through the gate, and account for it from its own stats."""
+
+    def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics):
+        self.llm, self.model_name, self.limits, self.metrics = llm, model_name, limits, metrics
+        self.gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set, slots=llm.parallel)
+        self.probe = PromptProbe(llm)
+
+    def arguments(self, body) -> tuple[dict, Optional[dict]]:
+        """(create_* keyword arguments, prediction): refused with 404 or 400 before any work."""
+        if body.model not in (None, self.model_name):
+            raise APIError(404, f"The model `{body.model}` does not exist", param="model", code="model_not_found")
+        prediction = body.prediction.model_dump() if body.prediction is not None else None
+        if prediction is not None:
+            self.check_prediction_size(prediction_text(prediction))
+        kwargs = body.model_dump(exclude=NOT_FORWARDED)
+        prepare_request_resources(body, lambda _model: self.llm, body.model, kwargs)
+        try:
+            check_grammar(self.llm._model.vocab, kwargs.get("grammar"))
+        except ValueError as e:
+            raise APIError(400, str(e), param="grammar", code="invalid_grammar") from e
+        return kwargs, prediction
+
+    def check_prediction_size(self, text: str) -> None:
+        limit = self.limits.max_prediction_tokens
+        size = len(text.encode("utf-8"))
+        # A token is at least one byte: a short text needs no count; a long one is counted once.
+        if size > limit and len(self.llm.tokenize(text.encode("utf-8"), add_bos=False)) > limit:
+            raise APIError(400, f"the prediction is over the server's limit of {limit} tokens",
+                           param="prediction", code="prediction_too_long")  # fmt: skip
+
+    async def respond(self, request: Request, body, create_name: str):
+        kwargs, prediction = self.arguments(body)
+        try:
+            await run_in_threadpool(self.probe.prompt, create_name, kwargs)
+        except ValueError as e:
+            raise model_error(e, body) from e
+        self.metrics.queue_wait.observe(await self.gate.enter())
+        create = getattr(self.llm, create_name)
+        if body.stream:
+            return await self.start_stream(body, create, kwargs, prediction)  # the stream leaves the gate
+        try:
+            call, result = await self.generate(request, create, kwargs, prediction)
+        except ValueError as e:
+            raise model_error(e, body) from e
+        finally:
+            self.gate.leave()
+        self.metrics.record_generation(call.stats.as_dict())
+        if call.prediction:
+            details = await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(result))
+            result["usage"]["completion_tokens_details"] = details
+            self.metrics.record_prediction(details)
+        return result
+
+    async def generate(self, request: Request, create, kwargs: dict, prediction):
+        """(call, result) of a non-streamed request, which ends at its next step once the client
+        hangs up."""
+        gone = threading.Event()
+
+        def generate():
+            with self.llm.request(prediction, cancelled=gone.is_set) as call:
+                return call, create(**kwargs)
+
+        refused: Optional[ValueError] = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch_disconnect, request, gone)
+            try:
+                done = await run_in_threadpool(generate)
+            except ValueError as e:  # raised outside the group, which would wrap it in a group
+                refused = e
+            finally:
+                group.cancel_scope.cancel()
+        if refused is not None:
+            raise refused
+        return done
+
+    async def start_stream(self, body, create, kwargs: dict, prediction):
+        """Run the stream's first step before the response starts, so that its errors are a real
+        status; the response then leaves the gate when it ends, however it ends."""
+        llm, gate, metrics = self.llm, self.gate, self.metrics
+        gone = threading.Event()
+
+        def first_chunk():
+            with llm.request(prediction, cancelled=gone.is_set) as call:
+                chunks = create(**kwargs, stream=True)
+            return call, chunks, next(chunks, None)
+
+        try:
+            call, chunks, first = await run_in_threadpool(first_chunk)
+        except ValueError as e:
+            gate.leave()
+            raise model_error(e, body) from e
+        except BaseException:
+            gate.leave()
+            raise
+        text: list[str] = []
+
+        async def events():
+            try:
+                if first is not None:
+                    text.append(chunk_text(first))
+                    yield {"data": json.dumps(first)}
+                    async for chunk in iterate_in_threadpool(chunks):
+                        text.append(chunk_text(chunk))
+                        yield {"data": json.dumps(chunk)}
+                yield {"data": "[DONE]"}
+            except ValueError as e:
+                yield error_event(model_error(e, body))
+
+        async def close():
+            gone.set()  # a generation step still running ends the stream at its next step
+            try:
+                await run_in_threadpool(chunks.close)  # under the gate: its cleanup touches the cache
+            finally:
+                gate.leave()
+            metrics.record_generation(call.stats.as_dict())
+            if call.prediction:
+                metrics.record_prediction(await run_in_threadpool(llm.prediction_details, call.prediction, "".join(text)))
+
+        return ClosingEventSource(events(), close, sep="\n")
+
+
+def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None) -> FastAPI:
+    """The app serving `llm` to requests whose ``model`` is `model_name` (or absent)."""
+    metrics = Metrics(ROUTES)
+    metrics.watch_engine(llm._engine)
+    service = Service(llm, model_name, limits, metrics)
+    created = int(time.time())
+    app = FastAPI(title="plookup")
+    install_error_handlers(app)
+    app.add_middleware(LimitBody, max_bytes=limits.max_body_bytes)  # added last runs first:
+    if api_key:
+        app.add_middleware(RequireKey, key=api_key)  # ... so the key is checked before the body,
+    app.add_middleware(CountRequests, count=metrics.count_request)  # ... and every answer is counted
+
+    @app.post("/v1/completions")
+    async def completions(request: Request, body: CompletionRequest):
+        if isinstance(body.prompt, list):
+            if len(body.prompt) != 1:
+                raise APIError(400, "plookup serves one prompt per request", param="prompt")
+            body.prompt = body.prompt[0]
+        return await service.respond(request, body, "create_completion")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request, body: ChatCompletionRequest):
+        return await service.respond(request, body, "create_chat_completion")
+
+    @app.get("/v1/models")
+    async def models():
+        model = {"id": model_name, "object": "model", "created": created, "owned_by": "plookup"}
+        return {"object": "list", "data": [model]}
+
+    @app.get("/metrics")
+    async def metrics_text():
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,82 @@
+"""OpenAI-style error bodies (``{"error": {"message", "type", "param", "code"}}``) for the server.
+
+llama_cpp.server's ``RouteErrorHandler`` answers request-validation failures with a 500 (and
+malformed JSON with an unhandled exception), so plookup installs its own handlers and reuses only
+its error shape and its wording for "prompt longer than the context window". An unexpected error
+is logged with its traceback and answered "internal error": its text may hold paths and data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Optional
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
+from starlette.exceptions import HTTPException
+
+log = logging.getLogger("plookup.app.serve")
+
+
+class APIError(Exception):
+    """An error to answer with `status`, OpenAI's error body and any extra `headers`."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: Optional[str] = None, code: Optional[str] = None,
+                 headers: Optional[dict[str, str]] = None):  # fmt: skip
+        super().__init__(message)
+        self.status = status
+        self.body = ErrorResponse(message=message, type=type, param=param, code=code)
+        self.headers = headers or {}
+
+
+def model_error(error: ValueError, body) -> APIError:
+    """A ValueError from llama_cpp/plookup while preparing or generating for `body` is the
+    request's fault. llama_cpp.server's formatters word the errors they know (a prompt over the
+    context window)."""
+    for pattern, formatter in RouteErrorHandler.pattern_and_formatters.items():
+        match = pattern.search(str(error))
+        if match is not None:
+            status, response = formatter(body, match)
+            return APIError(status, **response)
+    return APIError(400, str(error))
+
+
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse({"error": error.body}, status_code=error.status, headers=error.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every failure with OpenAI's error body."""
+
+    async def api_error(request: Request, error: APIError) -> JSONResponse:
+        return error_response(error)
+
+    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = error.errors()
+        if any(problem["type"] == "json_invalid" for problem in problems):
+            return error_response(APIError(400, "the request body is not valid JSON"))
+        first = problems[0]
+        param = ".".join(str(part) for part in first["loc"] if part != "body") or None
+        message = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
+        return error_response(APIError(400, message, param=param))
+
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return error_response(APIError(error.status_code, str(error.detail), headers=getattr(error, "headers", None)))
+
+    async def internal_error(request: Request, error: Exception) -> JSONResponse:
+        log.error("internal error answering %s %s", request.method, request.url.path, exc_info=error)
+        return error_response(APIError(500, "internal error", type="internal_server_error"))
+
+    app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, internal_error)
+
+
+def error_event(error: APIError) -> dict:
+    """The server-sent event reporting `error` once a stream's 200 status has gone out."""
+    return {"data": json.dumps({"error": error.body})}

@@ -1,0 +1,1 @@
+"""Draft: an index's continuation sized into a draft worth verifying (the values handed over, the policy, the drafters)."""

@@ -1,0 +1,1 @@
+"""Index: the tokens seen so far (a request's, earlier requests', a corpus's), matched against the current suffix."""

@@ -1,0 +1,148 @@
+"""This machine's verify-cost curve: measured, cached on disk, and the ceiling it puts on any drafter.
+
+``cost[n - 1]`` is the time of one ``llama_decode`` of n tokens, with logits at every position as a
+verify step needs them, divided by the time of a one-token decode. A verify step of n tokens (the
+pending token plus n - 1 draft tokens) that is entirely right yields n tokens: n - 1 accepted plus
+the model's own next token. So an oracle drafter that always proposes n - 1 right tokens makes
+``n / cost[n - 1]`` tokens per single-token decode, and the best n is the ceiling for any drafter.
+
+Measuring takes a few seconds (16 batch sizes, several repeats); the curve depends on the model,
+the thread counts and the batch settings, not on the prompt, so :func:`cached_cost_curve` keeps it
+in ``cache_dir()/cost-curves`` under a key made of those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import warnings
+from typing import Optional
+
+import llama_cpp
+import numpy as np
+
+from ..draft.policy import validate_cost_curve
+from ..files import cache_dir, write_text_atomically
+from ..verify.rows import fill, sequence_rows
+
+DEFAULT_MAX_N = 16
+DEFAULT_REPEATS = 7
+# Beyond a single stream's batches (1 + max_draft rows), where several slots verify together,
+# sizes are timed this far apart and the curve between them interpolated linearly.
+DENSE_N = 17
+SPARSE_STEP = 8
+# Decodes are timed behind a context of this many tokens: a verify step never runs on an empty
+# cache, and attention over a few hundred cached tokens is part of what it costs.
+CONTEXT_TOKENS = 256
+
+
+# Plain decoding runs one-token decodes back to back, and a GPU backend replays its captured graph
+# only while the batch shape repeats (llama.cpp's CUDA graphs): the first decode of a run of
+# one-token decodes pays for the capture, the next ones are what plain decoding costs.
+SINGLE_RUN = 4
+# Part of the cache key: a change in how the curve is measured measures cached curves again.
+METHOD = "synchronized; one-token decodes in runs"
+
+
+def context_limit(llm: llama_cpp.Llama) -> int:
+    """The tokens `llm`'s context holds: llama.cpp may round n_ctx up, while llama_cpp sizes
+    input_ids by the n_ctx asked for."""
+    return min(llm.n_ctx(), len(llm.input_ids))
+
+
+def read_cached(path, parse, what: str):
+    """``parse`` of the JSON kept at `path`; None when there is none yet, or when it cannot be read,
+    which is reported (it is then measured again and replaced)."""
+    try:
+        return parse(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        warnings.warn(f"plookup: ignoring the unreadable {what} {path} ({e}); measuring it again")
+        return None
+
+
+def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
+    fill(llm, sequence_rows(tokens, n_past))
+    start = time.perf_counter()
+    llm._ctx.decode(llm._batch)
+    # Asynchronous backends (CUDA, Metal) return from llama_decode before the batch has run; a
+    # step costs until its logits can be read.
+    llama_cpp.llama_synchronize(llm._ctx.ctx)
+    seconds = time.perf_counter() - start
+    llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+    return seconds
+
+
+def measure_cost_curve(
+    llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N, repeats: int = DEFAULT_REPEATS
+) -> np.ndarray:
+    """cost[n - 1] = median time of an n-token decode / median time of a 1-token decode, n = 1..max_n.
+
+    Every n up to DENSE_N is timed; above it every SPARSE_STEP-th n and max_n, linear in between.
+    Shorter when n_batch or n_ctx is below max_n. Leaves `llm` reset (its cache no longer matches
+    any prompt).
+    """
+    vocab = llm.n_vocab()
+    # A small context (n_ctx, and with it n_batch) bounds both the batch and the context behind it.
+    limit = context_limit(llm)
+    max_n = max(1, min(max_n, llm.n_batch, limit))
+    n_context = max(0, min(CONTEXT_TOKENS, limit - max_n))
+    rng = np.random.default_rng(0)
+    context = rng.integers(100, vocab, max(n_context, max_n)).tolist()
+    llm.reset()
+    llm.eval(context[:n_context])
+    n_past = llm.n_tokens
+    sizes = sorted({*range(1, min(max_n, DENSE_N) + 1), *range(DENSE_N + SPARSE_STEP, max_n, SPARSE_STEP), max_n})
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
+    # Sizes interleaved within each round, so drift in machine load is shared by all of them;
+    # verify steps change size from step to step as they do here, one-token decodes come in runs.
+    _decode_seconds(llm, context[:max_n], n_past)  # warm-up: first use of the largest graph
+    for round_ in range(repeats):
+        run = [_decode_seconds(llm, context[:1], n_past) for _ in range(SINGLE_RUN)]
+        samples[1] += run[1:]
+        for n in sizes[1:]:
+            # The large batches of several slots cost the most to time and vary least: fewer rounds.
+            if n <= DENSE_N or round_ < max(2, repeats // 2):
+                samples[n].append(_decode_seconds(llm, context[:n], n_past))
+    llm.reset()
+    llm._requires_eval = True
+    medians = np.array([np.median(samples[n]) for n in sizes])
+    return np.interp(np.arange(1, max_n + 1), sizes, medians) / medians[0]
+
+
+def oracle_speedup(cost: np.ndarray) -> tuple[int, float]:
+    """(best n, speedup over plain decoding) of a drafter that is always right, on this curve."""
+    n = np.arange(1, len(cost) + 1)
+    rates = n / np.asarray(cost, dtype=float)
+    best = int(np.argmax(rates))
+    return best + 1, float(rates[best])
+
+
+def curve_key(llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N) -> str:
+    stat = os.stat(llm.model_path)
+    params = llm.context_params
+    settings = [
+        METHOD, os.path.abspath(llm.model_path), stat.st_size, stat.st_mtime_ns,
+        params.n_threads, params.n_threads_batch, params.n_batch, params.n_ubatch,
+        int(params.flash_attn_type), params.type_k, params.type_v, llm.model_params.n_gpu_layers,
+        llama_cpp.llama_print_system_info().decode(),
+    ]  # fmt: skip
+    if max_n != DEFAULT_MAX_N:  # (the key of a single stream's curve is as it always was)
+        settings.append(max_n)
+    return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+
+
+def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.ndarray:
+    """The curve for `llm` up to max_n rows (default DEFAULT_MAX_N), from the cache or measured
+    now (which resets `llm`'s context)."""
+    max_n = max_n or DEFAULT_MAX_N
+    path = cache_dir() / "cost-curves" / f"{curve_key(llm, max_n)}.json"
+    cached = read_cached(path, lambda data: validate_cost_curve(data["cost"]), "cost curve")
+    if cached is not None:
+        return cached
+    cost = measure_cost_curve(llm, max_n)
+    write_text_atomically(path, json.dumps({"model": llm.model_path, "cost": cost.tolist()}))
+    return cost

@@ -1,0 +1,156 @@
+"""The draft-length decision of `plookup.draft.policy.DraftPolicy` as a numba kernel (it runs every step).
+
+Expected tokens of a verify step that drafts n tokens: 1 + sum_{k<n} prod_{j<=k} q_j with
+q_j = agree[j] * hits[b] / trials[b], b the reliability bucket of match length L + j. The kernel
+returns the n maximising expected / cost(n + 1), 0 when none beats a plain step.
+
+`best_two_branches` weighs verifying a second continuation beside the first in the same batch:
+the branches share the draft up to the branch point k and are exclusive there (the target's token
+at k is at most one of them), so their expected tokens add while the batch grows by both.
+
+`size_batch_drafts` sizes the drafts of several sequences verified in one batch together.
+"""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, inline="always")
+def length_bucket(length, n_buckets):
+    """Bucket b holds lengths [2^b, 2^(b+1)); the last bucket holds everything longer."""
+    b = 0
+    while length >= 2 and b < n_buckets - 1:
+        length >>= 1
+        b += 1
+    return b
+
+
+@njit(cache=True, inline="always")
+def batch_cost(n_tokens, cost):
+    """cost[n - 1], extrapolated linearly past the measured curve."""
+    if n_tokens <= cost.size:
+        return cost[n_tokens - 1]
+    slope = (cost[-1] - 1.0) / max(1, cost.size - 1)
+    return cost[-1] + slope * (n_tokens - cost.size)
+
+
+@njit(cache=True)
+def best_draft(match_length, agree, hits, trials, cost, min_prefix_probability):
+    """(n, expected tokens per cost) of the best single draft; (0, 1.0) for none."""
+    return _best_single(match_length, agree, hits, trials, cost, min_prefix_probability)
+
+
+@njit(cache=True)
+def prefix_probabilities(match_length, agree, hits, trials, min_prefix_probability):
+    """p[k] = P(draft tokens 0..k all accepted) = prod_{j<=k} q_j, up to and including the first
+    k where it drops below min_prefix_probability (no longer draft can pay)."""
+    p = np.zeros(agree.size)
+    p_all = 1.0
+    for k in range(agree.size):
+        b = length_bucket(match_length + k, hits.size)
+        p_all *= agree[k] * hits[b] / trials[b]
+        p[k] = p_all
+        if p_all < min_prefix_probability:
+            return p[: k + 1]
+    return p
+
+
+@njit(cache=True, inline="always")
+def _best_single(match_length, agree, hits, trials, cost, min_prefix_probability):
+    """(n, expected tokens per cost) of the best single-branch draft; (0, 1.0) for none."""
+    best_n = 0
+    best_rate = 1.0  # a plain step: one token for one decode
+    expected = 1.0  # the target's own token always comes out of a verify step
+    p = prefix_probabilities(match_length, agree, hits, trials, min_prefix_probability)
+    for k in range(p.size):
+        expected += p[k]
+        rate = expected / batch_cost(k + 2, cost)
+        if rate > best_rate:
+            best_n = k + 1
+            best_rate = rate
+    return best_n, best_rate
+
+
+@njit(cache=True)
+def size_batch_drafts(probs, counts, cost, max_rows):
+    """Draft lengths for m slots verified in one batch (one pending row each, then their drafts).
+
+    probs[i, k]: slot i's chance that its draft tokens 0..k are all accepted (non-increasing in k),
+    valid for k < counts[i]. A step of r rows costs cost(r) and emits, in expectation,
+    m + sum of the probabilities of the draft tokens it verifies. Greedy on marginal gain: the
+    next row goes to the slot whose next token is likeliest accepted; the answer is the prefix of
+    that order with the best expected tokens per cost, none when no prefix beats drafting nothing
+    (m tokens for cost(m)). With one slot that is :func:`best_draft`'s choice.
+    """
+    m = counts.size
+    taken = np.zeros(m, dtype=np.int64)
+    best = np.zeros(m, dtype=np.int64)
+    rows = m
+    expected = float(m)
+    best_rate = expected / batch_cost(rows, cost)
+    while rows < max_rows:
+        pick, p_pick = -1, -1.0
+        for i in range(m):
+            if taken[i] < counts[i] and probs[i, taken[i]] > p_pick:
+                pick, p_pick = i, probs[i, taken[i]]
+        if pick < 0:
+            break
+        taken[pick] += 1
+        rows += 1
+        expected += p_pick
+        rate = expected / batch_cost(rows, cost)
+        if rate > best_rate:
+            best_rate = rate
+            best[:] = taken
+    return best
+
+
+@njit(cache=True, inline="always")
+def _branch_gains(match_length, first, p_before, agree, hits, trials):
+    """gains[j]: expected accepted tokens from the first j tokens of a branch whose tokens sit at
+    draft positions first.. with agreement `agree`, reached with probability p_before."""
+    gains = np.zeros(agree.size + 1)
+    p_all = p_before
+    for j in range(agree.size):
+        b = length_bucket(match_length + first + j, hits.size)
+        p_all *= agree[j] * hits[b] / trials[b]
+        gains[j + 1] = gains[j] + p_all
+    return gains
+
+
+@njit(cache=True)
+def best_two_branches(
+    match_length, agree, branch_point, alt_agree, max_total, hits, trials, cost,
+    min_prefix_probability,
+):  # fmt: skip
+    """(n_a, n_b): verify agree's draft[:n_a] and draft[:branch_point] + alt[:n_b] together, in a
+    batch of 1 + n_a + n_b tokens, when that beats the best single-branch draft in expected tokens
+    per cost; (0, 0) otherwise. Both branches must hold at least one token past the branch point.
+    """
+    _, single_rate = _best_single(match_length, agree, hits, trials, cost, min_prefix_probability)
+    k = branch_point
+    p_shared = 1.0
+    shared = 1.0  # the target's own token, plus the shared draft tokens
+    for j in range(k):
+        b = length_bucket(match_length + j, hits.size)
+        p_shared *= agree[j] * hits[b] / trials[b]
+        shared += p_shared
+    gains_a = _branch_gains(match_length, k, p_shared, agree[k:], hits, trials)
+    gains_b = _branch_gains(match_length, k, p_shared, alt_agree, hits, trials)
+    best_a, best_b, best_rate = 0, 0, single_rate
+    for ja in range(1, gains_a.size):
+        for jb in range(1, min(gains_b.size, max_total - k - ja + 1)):
+            rate = (shared + gains_a[ja] + gains_b[jb]) / batch_cost(1 + k + ja + jb, cost)
+            if rate > best_rate:
+                best_a, best_b, best_rate = k + ja, jb, rate
+    return best_a, best_b
+
+
+@njit(cache=True)
+def record_outcome(match_length, drafted, accepted, hits, trials):
+    """Token k was judged only if the tokens before it were accepted, at match length L + k."""
+    for k in range(min(drafted, accepted + 1)):
+        b = length_bucket(match_length + k, hits.size)
+        trials[b] += 1.0
+        if k < accepted:
+            hits[b] += 1.0

@@ -1,0 +1,1 @@
+"""Verify: a step's rows, the acceptance rule, and how a verified row's token is read (argmax, backend, sampler chain)."""
