@@ -330,7 +330,8 @@ def test_build_with_a_real_tokenizer_and_refuse_another_vocabulary(tree, tmp_pat
 
 
 def test_cli_build(tree, tmp_path, capsys):
-    from plookup.app import cli, corpus
+    from plookup.app import cli
+    from plookup.index import corpus
 
     original = corpus._tokenizer
     corpus._tokenizer = lambda _: (list, "fake")  # bytes -> their values
