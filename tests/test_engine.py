@@ -19,7 +19,8 @@ import plookup
 from plookup.app.bench.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
 from plookup.app.bench.workloads import standard_workloads
 from plookup.draft.drafters import IndexDrafter
-from plookup.draft.policy import CPU_COST_CURVE, DraftPolicy, size_batch
+from plookup.draft.policy import CPU_COST_CURVE, DraftPolicy
+from plookup.draft.sizing import size_batch
 
 from conftest import LLAMA_KWARGS
 
@@ -416,7 +417,7 @@ def simulated_equal_split(rows, cost):
 @settings(max_examples=200, deadline=None)
 @given(rows=st.lists(st.integers(0, 17), min_size=1, max_size=8))
 def test_a_streams_step_costs_its_ubatches(rows):
-    from plookup.engine.streams import streams_step_cost
+    from plookup.draft.sizing import streams_step_cost
 
     assert streams_step_cost(rows, QWEN_COST) == pytest.approx(simulated_equal_split(rows, QWEN_COST))
 
@@ -426,7 +427,7 @@ def test_a_streams_step_costs_its_ubatches(rows):
 def test_streams_sizing_is_the_best_of_its_family(probabilities):
     """Brute force over the family size_streams searches: any set of slots drafting n tokens
     each (n within every chosen slot's candidate), the others none; plus drafting nothing."""
-    from plookup.engine.streams import size_streams, streams_step_cost
+    from plookup.draft.sizing import size_streams, streams_step_cost
 
     probabilities = [np.array(p) for p in probabilities]
     m = len(probabilities)
@@ -448,7 +449,7 @@ def test_streams_sizing_is_the_best_of_its_family(probabilities):
 
 
 def test_streams_sizing_on_given_curves():
-    from plookup.engine.streams import size_streams
+    from plookup.draft.sizing import size_streams
 
     sure = [np.full(8, 0.99) for _ in range(4)]
     assert size_streams(sure, FLAT, 200) == [8, 8, 8, 8]  # free rows: everyone drafts it all

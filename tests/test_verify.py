@@ -202,15 +202,41 @@ def test_the_property_rejects_a_broken_rule(broken):
 # -- the verdict of the probe, kept on disk
 
 
+def test_exact_rows_end_at_the_first_inexact_batch_and_bound_the_drafts():
+    from plookup.measure.exactness import EXACT_MIN_ROWS, Invariance, RowCheck
+
+    def probe(inexact: set[int], branch_inexact: bool = True) -> Invariance:
+        checks = [RowCheck(n, False, n - (n in inexact), n, 0.0) for n in (2, 3, 17, 24, 32)]
+        return Invariance(checks + [RowCheck(4, True, 4 - branch_inexact, 4, 0.0)])  # branches do not count
+
+    assert probe(set()).exact_rows == 32 and probe(set()).exact_within(65) == 32
+    assert probe(set()).exact_within(9) == 9  # drafts of 8: every batch they make was exact
+    assert probe({24}).exact_rows == 17 and probe({24}).exact_within(65) == 17  # drafts cut to 16
+    assert probe({32}).exact_within(65) == 24
+    assert EXACT_MIN_ROWS == 17 and probe({17}).exact_rows == 3
+    assert probe({17}).exact_within(65) is None  # not exact where drafts of 16 were verified before
+    assert probe({17}).exact_within(3) == 3  # ... but drafts of 2 would be
+    assert probe({2}).exact_rows == 1 and probe({2}).exact_within(2) is None
+    assert "exact up to 17 rows" in probe({24}).summary()
+
+
+def test_curve_sizes_are_dense_then_sparse_and_end_at_max_n():
+    from plookup.measure.costs import curve_sizes
+
+    assert curve_sizes(16) == list(range(1, 17))
+    assert curve_sizes(65) == [*range(1, 18), 24, 32, 40, 48, 56, 64, 65]
+    assert curve_sizes(260)[-4:] == [192, 224, 256, 260]
+
+
 def test_a_corrupt_invariance_cache_is_reported_and_measured_again(tmp_path, monkeypatch):
     from plookup.measure import exactness
     from plookup.measure.exactness import Invariance, RowCheck, cached_invariance, cached_slot_invariance
 
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(exactness, "curve_key", lambda llm: "key")  # no model: the probes are faked
+    monkeypatch.setattr(exactness, "curve_key", lambda llm, max_n: "key")  # no model: the probes are faked
     measured = Invariance([RowCheck(n=2, two_branch=False, equal=2, rows=2, max_delta=0.0)])
-    monkeypatch.setattr(exactness, "probe_invariance", lambda llm: measured)
-    monkeypatch.setattr(exactness, "probe_slots", lambda llm: [])
+    monkeypatch.setattr(exactness, "probe_invariance", lambda llm, max_n: measured)
+    monkeypatch.setattr(exactness, "probe_slots", lambda llm, max_n: [])
     llm = SimpleNamespace(model_path="model.gguf")
     assert cached_invariance(llm) == measured  # measured and written: nothing to warn about
     (path,) = (tmp_path / "invariance").iterdir()

@@ -37,6 +37,7 @@ from ..engine import Engine
 from ..engine.decode_thread import DecodeThread, teams_per_thread
 from ..measure.costs import cached_cost_curve
 from ..measure.exactness import (
+    EXACT_MIN_ROWS,
     TILED_ENV,
     cached_invariance,
     cached_slot_invariance,
@@ -143,7 +144,9 @@ class Llama(llama_cpp.Llama):
 
     ``drafter``: what :func:`plookup.make_drafter` builds (default: a suffix drafter).
     ``max_draft``: the most draft tokens verified per step (0 turns drafting off); sets the
-    drafter's own when given (default: the drafter's, 16).
+    drafter's own when given (default: the drafter's, 64; the policy sizes each draft from the
+    cost curve within it, and where verification is exact it stays within the batch sizes the
+    probe found exact).
     ``cost_curve``: "auto" measures this model's verify-cost curve on this machine once (cached on
     disk, see :mod:`plookup.measure.costs`); an array gives it; None keeps the drafter's own.
     ``exactness``: "auto" loads the model with the settings under which ``plookup doctor`` found
@@ -235,7 +238,7 @@ class Llama(llama_cpp.Llama):
         if (parallel > 1 if decode_thread is None else decode_thread) and teams_per_thread():
             self._decode_thread = DecodeThread()  # before the first decode: see its module
             self._stack.callback(self._decode_thread.close)
-        # With several slots, a KV stream per slot (see plookup.engine.streams), and so no
+        # With several slots, a KV stream per slot (see plookup.draft.sizing), and so no
         # sequences for a second branch.
         streams = parallel > 1
         self._recreate_context(parallel, streams=streams)
@@ -260,25 +263,34 @@ class Llama(llama_cpp.Llama):
                           f"draft tokens; decoding it plainly, without speculation")  # fmt: skip
         else:
             self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
+            if exactness == "auto":
+                self.exact = self._keep_exact(streams)
             if isinstance(cost_curve, str) and cost_curve == "auto":
                 # With several slots a step verifies up to parallel * (max_draft + 1) rows.
                 cost_curve = cached_cost_curve(self, parallel * (self.drafter.max_draft + 1) if parallel > 1 else None)
             if cost_curve is not None:
                 self.drafter.use_cost_curve(cost_curve)
-            if exactness == "auto":
-                self.exact = cached_invariance(self).invariant
-                if self.exact:
-                    # Exact single drafts beat a second branch: without flash attention its rows
-                    # round differently (softmax over cells out of order), and a branch taken
-                    # leaves its tokens in other cells than plain decoding would, so every later
-                    # token would round differently too.
-                    self.drafter.branches = False
-                    if streams and slots_exact(cached_slot_invariance(self), "streams"):
-                        # Measured (plookup doctor, "beside a 2nd slot"): a slot's rows beside
-                        # another's are bitwise its lone decode with a KV stream per sequence,
-                        # not in one unified cache, where its cells interleave with the others'.
-                        self._engine.shared_exact = True
         self.last_stats = SpecStats(exact=self.exact)  # a view of the latest call's stats
+
+    def _keep_exact(self, streams: bool) -> bool:
+        """Whether verification is exact here (the probe, cached), keeping drafts within the batch
+        sizes found exact; where it is, two-branch drafts are off, and with several slots a slot's
+        steps shared with others stay exact where the probe found them so."""
+        max_rows = self.drafter.max_draft + 1
+        rows = cached_invariance(self, max(EXACT_MIN_ROWS, max_rows)).exact_within(max_rows)
+        if rows is None:
+            return False
+        self.drafter.max_draft = rows - 1
+        # Exact single drafts beat a second branch: without flash attention its rows round
+        # differently (softmax over cells out of order), and a branch taken leaves its tokens in
+        # other cells than plain decoding would, so every later token would round differently too.
+        self.drafter.branches = False
+        if streams and slots_exact(cached_slot_invariance(self, rows), "streams"):
+            # Measured (plookup doctor, "beside a 2nd slot"): a slot's rows beside another's are
+            # bitwise its lone decode with a KV stream per sequence, not in one unified cache,
+            # where its cells interleave with the others'.
+            self._engine.shared_exact = True
+        return True
 
     @property
     def max_draft(self) -> int:

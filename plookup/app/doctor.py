@@ -18,7 +18,7 @@ import traceback
 from collections import Counter
 from dataclasses import asdict
 
-from ..measure.costs import measure_cost_curve, oracle_speedup
+from ..measure.costs import DEFAULT_MAX_N, measure_cost_curve, oracle_speedup
 from ..measure.exactness import (
     BACKEND_MARGIN,
     SETTINGS_TO_PROBE,
@@ -111,7 +111,9 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
     prompt_tps, decode_tps = measure_speeds(llm)
     backend = measure_backend_sampling(llm)
     return dict(host=backend["host"], backend_sampling=backend,
-        settings=asdict(settings), invariant=invariance.invariant, summary=invariance.summary(),
+        # Exact as plookup.Llama claims it: drafts kept within the batch sizes found exact.
+        settings=asdict(settings), invariant=invariance.exact_within(DEFAULT_MAX_N) is not None,
+        exact_rows=invariance.exact_rows, summary=invariance.summary(),
         single_rows=invariance.rows(two_branch=False), branch_rows=invariance.rows(two_branch=True),
         max_delta=max(c.max_delta for c in invariance.checks), checks=[asdict(c) for c in invariance.checks],
         cost=cost.tolist(), best_n=best_n, ceiling=ceiling, prompt_tps=prompt_tps, decode_tps=decode_tps,

@@ -10,7 +10,7 @@ Both drafters answer the same calls, so the decoder never knows which one it dri
   empty when no match is worth verifying; it may carry a second branch
   (:meth:`DraftPolicy.choose_branches`) to verify beside it in the same batch;
 - ``offer(limit)``: the candidate and its :meth:`DraftPolicy.prefix_probabilities`, for a batch
-  of several sequences whose drafts are sized together (:func:`plookup.draft.policy.size_batch`);
+  of several sequences whose drafts are sized together (:func:`plookup.draft.sizing.size_batch`);
 - ``observe(draft, accepted)``: the verdict on a proposal (the draft as verified: its
   :meth:`~plookup.draft.values.Draft.fork` when the target took the branch), which calibrates the policy;
 - ``observe_sampling(samples, most_likely)``: at temperature > 0, how many sampled tokens were the
@@ -41,8 +41,12 @@ from ..index.suffix import SuffixIndex
 from .policy import DraftPolicy
 from .values import CORPUS, EMPTY, MEMORY, NO_CANDIDATE, NO_DRAFT, REQUEST, Branch, Candidate, Draft
 
-# The most draft tokens verified per step, unless told otherwise.
-DEFAULT_MAX_DRAFT = 16
+# The most draft tokens verified per step, unless told otherwise: a bound, not a length. The policy
+# sizes each draft from the measured cost curve (measured up to this bound, plookup.measure.costs),
+# so drafts grow this long only where the curve and the acceptance pay for it: long copies
+# (whole files, predictions) where a verify step's cost grows slower than its rows, as on a CPU
+# for small models and on memory-bound hardware (BENCHMARKS.md, "Drafts as long as they pay").
+DEFAULT_MAX_DRAFT = 64
 # The LlamaDraftModel adapter has no verdict channel and pays llama-cpp-python's logits_all verify
 # cost, so it drafts a fixed length like llama_cpp's own prompt-lookup drafter.
 ADAPTER_MAX_DRAFT = 10

@@ -37,7 +37,6 @@ from ..native.draft_length import (
     length_bucket,
     prefix_probabilities,
     record_outcome,
-    size_batch_drafts,
 )
 from .values import CORPUS, REQUEST
 
@@ -172,17 +171,3 @@ class DraftPolicy:
         model's most likely token (greedy decoding reports nothing: it always is)."""
         self._samples += samples
         self._samples_most_likely += most_likely
-
-
-def size_batch(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int) -> list[int]:
-    """Draft lengths for sequences verified in one batch of at most `max_rows` rows, each with
-    its pending token: ``probabilities[i]`` is sequence i's :meth:`DraftPolicy.prefix_probabilities`.
-    The lengths maximise expected tokens per cost of the whole step (see
-    :func:`plookup.native.draft_length.size_batch_drafts`): a busy batch drafts less, and a lone
-    sequence drafts what :meth:`DraftPolicy.choose` would."""
-    m = len(probabilities)
-    counts = np.array([len(p) for p in probabilities], dtype=np.int64)
-    table = np.zeros((m, max(1, int(counts.max(initial=0)))))
-    for i, p in enumerate(probabilities):
-        table[i, : len(p)] = p
-    return size_batch_drafts(table, counts, validate_cost_curve(cost), int(max_rows)).tolist()

@@ -8,7 +8,7 @@ tokens leave its own sequence, and the tokens it emits wait in its ``out`` queue
 
 Drafts: a lone decoding generation drafts with its policy as a single stream does (a second branch
 included where the context has branch sequences); several are sized together for the step's cost
-(:func:`plookup.draft.policy.size_batch`, or :func:`.streams.size_streams` where every slot has a KV
+(:func:`plookup.draft.sizing.size_batch`, or :func:`~plookup.draft.sizing.size_streams` where every slot has a KV
 stream of its own, as it has with several slots): a busy batch drafts less, a full one nothing.
 
 Threads: each request's thread consumes its own generation (:meth:`Engine.tokens`). A consumer
@@ -33,22 +33,36 @@ import threading
 import time
 import warnings
 from collections import deque
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
 import llama_cpp
 import numpy as np
 
-from ..draft.policy import size_batch
+from ..draft.sizing import size_batch, size_streams
 from ..draft.values import CORPUS, MEMORY, NO_DRAFT, Draft
 from ..verify.backend import BackendGreedy, Chains
 from ..verify.rows import decode_chunks, fill, last_row_logits, sequence_rows, verify_rows
 from .slot import Generation, Slot
-from .streams import size_streams
 
 # Tokens a generation may be stepped ahead of its consumer by the other consumers' steps: enough
 # that a consumer busy with its last tokens does not drop out of the next batch, few enough that a
 # client that has stopped reading does not make the others verify tokens nobody takes.
 AHEAD = 48
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step did and where its time went (``Engine.trace``; ``plookup bench --trace``)."""
+
+    began: float  # time.perf_counter() at the step's start
+    host_before: float  # seconds: drafting, the batch's rows
+    decode: float  # seconds inside llama_decode
+    host_after: float  # seconds: each generation's verdict, prompt chunks taken in
+    rows: int
+    drafted: list[int]  # each decoding generation's draft length
+    accepted: list[int]  # ... and how many of it were accepted
+    prefilled: int  # prompt tokens of prefilling generations in the step
 
 
 class Engine:
@@ -80,6 +94,7 @@ class Engine:
         self._held = False  # one caller has the whole context (see exclusive)
         self.steps = 0  # decodes made, and their rows: what /metrics reports
         self.rows = 0
+        self.trace: Optional[list[StepRecord]] = None  # a list: every step appends its record
         # Backend greedy chains on the slots whose latest generation sampled with them (attaching
         # or detaching costs a graph reserve: see plookup.verify.backend).
         self.chains = Chains(llm._ctx)
@@ -318,6 +333,7 @@ class Engine:
                 decoding.append(gen)
         if not decoding and not prefilling:
             return
+        began = time.perf_counter()
         drafts = self._drafts(decoding, reserve=len(prefilling))
         rows: list = []
         logits: list[bool] = []
@@ -350,6 +366,7 @@ class Engine:
             for gen in stepped:
                 gen.shared = True
         fill(llm, rows, logits)
+        decoding_began = time.perf_counter()
         try:
             llm._ctx.decode(llm._batch)
         except Exception as e:  # the whole batch failed: so did every generation in it
@@ -359,10 +376,13 @@ class Engine:
         finally:
             self.steps += 1
             self.rows += len(rows)
+        decoded = time.perf_counter()
+        accepted = []
         for gen, draft, start in parts:
             try:
-                self._judge(gen, draft, start)
+                accepted.append(self._judge(gen, draft, start))
             except Exception as e:  # its sampler or stopping criteria: this generation only
+                accepted.append(0)
                 self._fail(gen, e)
         for gen, start, chunk in chunks:
             slot = gen.slot
@@ -373,6 +393,10 @@ class Engine:
                     self._first_token(gen, start + len(chunk) - 1)
                 except Exception as e:
                     self._fail(gen, e)
+        if self.trace is not None:
+            self.trace.append(StepRecord(began, decoding_began - began, decoded - decoding_began,
+                                         time.perf_counter() - decoded, len(rows), [len(d) for d in drafts],
+                                         accepted, sum(len(chunk) for _, _, chunk in chunks)))  # fmt: skip
 
     def _drafts(self, decoding: list[Generation], reserve: int) -> list[Draft]:
         """Each decoding generation's draft; `reserve` rows stay free for prefill chunks."""
@@ -440,9 +464,10 @@ class Engine:
         verdict = self._accept(gen, [], row, gen.slot.n - 1, None)
         self._emit(gen, NO_DRAFT, NO_DRAFT, verdict)
 
-    def _judge(self, gen: Generation, draft: Draft, start: int) -> None:
+    def _judge(self, gen: Generation, draft: Draft, start: int) -> int:
         """Verify the generation's rows and leave its sequence holding the pending token and the
-        accepted part of the path taken (the draft, or its fork when the target took the branch)."""
+        accepted part of the path taken (the draft, or its fork when the target took the branch);
+        returns how many draft tokens were accepted."""
         slot, memory, branch = gen.slot, self.memory, draft.branch
         n_past = slot.n
         rolled_back = True
@@ -465,6 +490,7 @@ class Engine:
             self._evaluate_afresh(slot, keep)
         slot.n = keep
         self._emit(gen, draft, path, verdict)
+        return verdict.accepted
 
     def _emit(self, gen: Generation, draft: Draft, path: Draft, verdict) -> None:
         stats = gen.call.stats

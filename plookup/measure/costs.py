@@ -6,9 +6,9 @@ pending token plus n - 1 draft tokens) that is entirely right yields n tokens: n
 the model's own next token. So an oracle drafter that always proposes n - 1 right tokens makes
 ``n / cost[n - 1]`` tokens per single-token decode, and the best n is the ceiling for any drafter.
 
-Measuring takes a few seconds (16 batch sizes, several repeats); the curve depends on the model,
-the thread counts and the batch settings, not on the prompt, so :func:`cached_cost_curve` keeps it
-in ``cache_dir()/cost-curves`` under a key made of those.
+Measuring takes a few seconds (every size up to 17 tokens and a few larger ones, several repeats);
+the curve depends on the model, the thread counts and the batch settings, not on the prompt, so
+:func:`cached_cost_curve` keeps it in ``cache_dir()/cost-curves`` under a key made of those.
 """
 
 from __future__ import annotations
@@ -23,16 +23,22 @@ from typing import Optional
 import llama_cpp
 import numpy as np
 
+from ..draft.drafters import DEFAULT_MAX_DRAFT
 from ..draft.policy import validate_cost_curve
 from ..files import cache_dir, write_text_atomically
 from ..verify.rows import fill, sequence_rows
 
-DEFAULT_MAX_N = 16
+# A single stream's largest verify step: the pending token and the longest draft.
+DEFAULT_MAX_N = DEFAULT_MAX_DRAFT + 1
 DEFAULT_REPEATS = 7
-# Beyond a single stream's batches (1 + max_draft rows), where several slots verify together,
-# sizes are timed this far apart and the curve between them interpolated linearly.
+# Every size up to DENSE_N is timed (short drafts are the common case, and their costs differ
+# most); above it sizes are timed this far apart, and the curve between them interpolated linearly.
 DENSE_N = 17
-SPARSE_STEP = 8
+SPARSE_STEPS = ((64, 8), (256, 32), (1 << 30, 64))  # (up to, step)
+# Several slots verify up to parallel * (max_draft + 1) rows; past this many the curve is not
+# measured but extrapolated (plookup.native.draft_length.batch_cost): on every backend measured a
+# decode's cost is linear in its rows well before it, and timing 512-row decodes takes minutes.
+MAX_MEASURED_ROWS = 256
 # Decodes are timed behind a context of this many tokens: a verify step never runs on an empty
 # cache, and attention over a few hundred cached tokens is part of what it costs.
 CONTEXT_TOKENS = 256
@@ -43,7 +49,7 @@ CONTEXT_TOKENS = 256
 # one-token decodes pays for the capture, the next ones are what plain decoding costs.
 SINGLE_RUN = 4
 # Part of the cache key: a change in how the curve is measured measures cached curves again.
-METHOD = "synchronized; one-token decodes in runs"
+METHOD = "synchronized; one-token decodes in runs; sparse sizes 8/32/64 apart"
 
 
 def context_limit(llm: llama_cpp.Llama) -> int:
@@ -64,6 +70,18 @@ def read_cached(path, parse, what: str):
         return None
 
 
+def measured_once(path, what: str, parse, measure, serialize):
+    """``parse`` of the JSON kept at `path`, else ``measure()`` now, kept there as ``serialize``
+    of it: each measurement that depends only on the model, its settings and the build is made
+    once per machine."""
+    cached = read_cached(path, parse, what)
+    if cached is not None:
+        return cached
+    value = measure()
+    write_text_atomically(path, json.dumps(serialize(value)))
+    return value
+
+
 def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
     fill(llm, sequence_rows(tokens, n_past))
     start = time.perf_counter()
@@ -81,9 +99,8 @@ def measure_cost_curve(
 ) -> np.ndarray:
     """cost[n - 1] = median time of an n-token decode / median time of a 1-token decode, n = 1..max_n.
 
-    Every n up to DENSE_N is timed; above it every SPARSE_STEP-th n and max_n, linear in between.
-    Shorter when n_batch or n_ctx is below max_n. Leaves `llm` reset (its cache no longer matches
-    any prompt).
+    The sizes of :func:`curve_sizes` are timed, linear in between. Shorter when n_batch or n_ctx is
+    below max_n. Leaves `llm` reset (its cache no longer matches any prompt).
     """
     vocab = llm.n_vocab()
     # A small context (n_ctx, and with it n_batch) bounds both the batch and the context behind it.
@@ -95,7 +112,7 @@ def measure_cost_curve(
     llm.reset()
     llm.eval(context[:n_context])
     n_past = llm.n_tokens
-    sizes = sorted({*range(1, min(max_n, DENSE_N) + 1), *range(DENSE_N + SPARSE_STEP, max_n, SPARSE_STEP), max_n})
+    sizes = curve_sizes(max_n)
     samples: dict[int, list[float]] = {n: [] for n in sizes}
     # Sizes interleaved within each round, so drift in machine load is shared by all of them;
     # verify steps change size from step to step as they do here, one-token decodes come in runs.
@@ -113,6 +130,18 @@ def measure_cost_curve(
     return np.interp(np.arange(1, max_n + 1), sizes, medians) / medians[0]
 
 
+def curve_sizes(max_n: int) -> list[int]:
+    """The decode sizes timed for a curve up to max_n rows: all up to DENSE_N, then SPARSE_STEPS
+    apart, and max_n."""
+    sizes = set(range(1, min(max_n, DENSE_N) + 1))
+    n = DENSE_N
+    while n < max_n:
+        step = next(step for limit, step in SPARSE_STEPS if n < limit)
+        n = (n // step + 1) * step
+        sizes.add(min(n, max_n))
+    return sorted(sizes)
+
+
 def oracle_speedup(cost: np.ndarray) -> tuple[int, float]:
     """(best n, speedup over plain decoding) of a drafter that is always right, on this curve."""
     n = np.arange(1, len(cost) + 1)
@@ -122,27 +151,26 @@ def oracle_speedup(cost: np.ndarray) -> tuple[int, float]:
 
 
 def curve_key(llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N) -> str:
+    """What a curve (and the exactness probe, keyed alike) depends on: the model file, the
+    context's threads, batch and cache settings, the build, the sizes measured."""
     stat = os.stat(llm.model_path)
     params = llm.context_params
     settings = [
         METHOD, os.path.abspath(llm.model_path), stat.st_size, stat.st_mtime_ns,
         params.n_threads, params.n_threads_batch, params.n_batch, params.n_ubatch,
         int(params.flash_attn_type), params.type_k, params.type_v, llm.model_params.n_gpu_layers,
-        llama_cpp.llama_print_system_info().decode(),
+        llama_cpp.llama_print_system_info().decode(), max_n,
     ]  # fmt: skip
-    if max_n != DEFAULT_MAX_N:  # (the key of a single stream's curve is as it always was)
-        settings.append(max_n)
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
 
 def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.ndarray:
-    """The curve for `llm` up to max_n rows (default DEFAULT_MAX_N), from the cache or measured
-    now (which resets `llm`'s context)."""
-    max_n = max_n or DEFAULT_MAX_N
-    path = cache_dir() / "cost-curves" / f"{curve_key(llm, max_n)}.json"
-    cached = read_cached(path, lambda data: validate_cost_curve(data["cost"]), "cost curve")
-    if cached is not None:
-        return cached
-    cost = measure_cost_curve(llm, max_n)
-    write_text_atomically(path, json.dumps({"model": llm.model_path, "cost": cost.tolist()}))
-    return cost
+    """The curve for `llm` up to max_n rows (default DEFAULT_MAX_N; at most MAX_MEASURED_ROWS,
+    extrapolated beyond), from the cache or measured now (which resets `llm`'s context)."""
+    max_n = min(max_n or DEFAULT_MAX_N, MAX_MEASURED_ROWS)
+    return measured_once(
+        cache_dir() / "cost-curves" / f"{curve_key(llm, max_n)}.json", "cost curve",
+        parse=lambda data: validate_cost_curve(data["cost"]),
+        measure=lambda: measure_cost_curve(llm, max_n),
+        serialize=lambda cost: {"model": llm.model_path, "cost": cost.tolist()},
+    )  # fmt: skip

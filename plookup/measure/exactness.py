@@ -15,7 +15,8 @@ llama.cpp (x86, AVX2):
   batches of 4 or more rounds per sub-block, its gemv once per block.
 
 :func:`probe_invariance` measures it on a loaded model in plookup's own context (two sequences,
-unified KV): rows of single-draft and two-branch verify batches of n = 2..16 tokens against
+unified KV): rows of single-draft verify batches of the cost curve's sizes (every n = 2..17, then
+sparser up to the longest draft plus one) and of two-branch ones of n = 4..16 tokens against
 single-token decodes of the same tokens. :func:`cached_invariance` keeps the verdict per model,
 build and settings, like :mod:`plookup.measure.costs` keeps the cost curve. ``plookup doctor``
 (:mod:`plookup.app.doctor`) measures every setting in a process of its own and saves a report here;
@@ -42,10 +43,15 @@ from ..draft.values import Branch
 from ..files import cache_dir, write_text_atomically
 from ..verify.greedy import logits_row
 from ..verify.rows import decode_chunks, fill, sequence_rows, verify_rows
-from .costs import context_limit, curve_key, read_cached
+from .costs import DEFAULT_MAX_N, context_limit, curve_key, curve_sizes, measured_once
 
 TILED_ENV = "GGML_CPU_TILED_MM"
-MAX_N = 16
+# Two-branch batches are probed up to this size: plookup verifies a second branch only where
+# verification is not exact, so their rows are reported, never required.
+BRANCH_MAX_N = 16
+# Verification is called exact when every single-draft batch up to this many rows is (drafts of
+# 16, the bound before drafts grew longer); drafts are then kept within the sizes found exact.
+EXACT_MIN_ROWS = 17
 CONTEXT_TOKENS = 256  # verify batches run behind a context; attention over it is part of the check
 FORK_AT = 1  # the probe's two-branch batches part after pending + one shared draft token
 LOCKSTEP = 32  # the slot probe's context tokens decoded a row of each sequence at a time
@@ -133,6 +139,23 @@ class Invariance:
         """Verification can be exact: single-draft batches are (two-branch ones can be left out)."""
         return self.single_invariant
 
+    @property
+    def exact_rows(self) -> int:
+        """The largest probed batch size n such that every single-draft batch of up to n rows
+        was bitwise single-token decoding (1: not even the smallest)."""
+        rows = 1
+        for check in sorted((c for c in self.checks if not c.two_branch), key=lambda c: c.n):
+            if check.equal != check.rows:
+                break
+            rows = check.n
+        return rows
+
+    def exact_within(self, max_rows: int) -> Optional[int]:
+        """The largest verify batch (rows) that keeps verification exact for drafts of up to
+        max_rows - 1 tokens: None where batches of EXACT_MIN_ROWS (or max_rows, if fewer) are not."""
+        rows = self.exact_rows
+        return min(rows, max_rows) if rows >= min(EXACT_MIN_ROWS, max_rows) else None
+
     def rows(self, two_branch: bool) -> tuple[int, int]:
         """(rows bitwise equal, rows) over the single-draft or the two-branch batches."""
         checks = [c for c in self.checks if c.two_branch == two_branch]
@@ -145,6 +168,8 @@ class Invariance:
             worst = max((c.max_delta for c in checks), default=0.0)
             parts.append(f"{name} {sum(c.equal for c in checks)}/{sum(c.rows for c in checks)} rows"
                          + (f" (max |Δ| {worst:.2g})" if worst else ""))  # fmt: skip
+        if not self.single_invariant:
+            parts.append(f"single-draft batches exact up to {self.exact_rows} rows")
         return ", ".join(parts)
 
 
@@ -171,9 +196,10 @@ def _compare(batch_rows: list[np.ndarray], reference: list[np.ndarray]) -> tuple
     return equal, delta
 
 
-def probe_invariance(llm, max_n: int = MAX_N) -> Invariance:
-    """Rows of verify batches of n = 2..max_n tokens against single-token decoding, behind a
-    context of random tokens, on sequence 0 alone and as two branches on sequences 0 and 1.
+def probe_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
+    """Rows of verify batches of the curve's sizes of 2..max_n tokens against single-token
+    decoding, behind a context of random tokens, on sequence 0 alone and (up to BRANCH_MAX_N
+    tokens) as two branches on sequences 0 and 1.
 
     `llm` is a plookup.Llama (its context has the second sequence). Leaves it reset.
     """
@@ -183,7 +209,7 @@ def probe_invariance(llm, max_n: int = MAX_N) -> Invariance:
     rng = np.random.default_rng(0)
     tokens = rng.integers(100, llm.n_vocab(), n_context + 2 * max_n).tolist()
     context, path = tokens[:n_context], tokens[n_context : n_context + max_n]
-    fork = path[: FORK_AT + 1] + tokens[n_context + max_n + FORK_AT + 1 :][: max_n - FORK_AT - 1]
+    fork = path[: FORK_AT + 1] + tokens[n_context + max_n + FORK_AT + 1 :][: BRANCH_MAX_N - FORK_AT - 1]
     memory = llm._ctx.memory
     llm.reset()
     llm._ctx.kv_cache_clear()
@@ -191,13 +217,13 @@ def probe_invariance(llm, max_n: int = MAX_N) -> Invariance:
     single = _single_decodes(llm, path, n_context)
     single_fork = _single_decodes(llm, fork, n_context)
     result = Invariance()
-    for n in range(2, max_n + 1):
+    for n in curve_sizes(max_n)[1:]:
         fill(llm, verify_rows(path[0], path[1:n], None, n_context))
         llm._ctx.decode(llm._batch)
         equal, delta = _compare([_logits(llm, r) for r in range(n)], single[:n])
         result.checks.append(RowCheck(n, False, equal, n, delta))
         llm._ctx.kv_cache_seq_rm(-1, n_context, -1)
-        if n >= FORK_AT + 3:  # pending, the shared token, and one token on each branch
+        if FORK_AT + 3 <= n <= BRANCH_MAX_N:  # pending, the shared token, and one token on each branch
             on_draft = (n - FORK_AT - 1 + 1) // 2
             on_branch = n - FORK_AT - 1 - on_draft
             draft = path[1 : FORK_AT + 1 + on_draft]
@@ -257,11 +283,11 @@ class _Decoder:
         self._ctx.close()
 
 
-def probe_slots(llm, max_n: int = 8, context_tokens: int = CONTEXT_TOKENS) -> list[SlotCheck]:
+def probe_slots(llm, max_n: int = DEFAULT_MAX_N, context_tokens: int = CONTEXT_TOKENS) -> list[SlotCheck]:
     """Is a slot's verify batch, decoded beside another slot's rows, what its sequence decoded
     alone gives? Two sequences behind contexts of their own, the first half of each prefilled
     alone and the last LOCKSTEP tokens decoded in lockstep (a row of each per decode, so their
-    cells interleave as running slots' do); then for n = 1..max_n, n rows of sequence 0 beside n rows of
+    cells interleave as running slots' do); then for n of the curve's sizes up to max_n, n rows of sequence 0 beside n rows of
     sequence 1, in a unified cache and in a stream per sequence, each row against single-token
     decodes of sequence 0 in a cache that holds it alone."""
     rng = np.random.default_rng(2)
@@ -292,7 +318,7 @@ def probe_slots(llm, max_n: int = 8, context_tokens: int = CONTEXT_TOKENS) -> li
                 pair.decode(sequence_rows([a[i]], i, 0) + sequence_rows([b[i]], i, 1))
             memory = pair._ctx.memory
             # Beside as many rows of the other sequence, and beside one (uneven drafts).
-            for n, m in [(n, m) for n in range(1, max_n + 1) for m in sorted({1, n})]:
+            for n, m in [(n, m) for n in curve_sizes(max_n) for m in sorted({1, n})]:
                 rows = sequence_rows(a[n_context : n_context + n], n_context, 0)
                 rows += sequence_rows(b[n_context : n_context + m], n_context, 1)
                 pair.decode(rows)
@@ -312,28 +338,31 @@ def slots_exact(checks: list[SlotCheck], layout: str) -> bool:
     return bool(mine) and all(c.equal == c.rows for c in mine)
 
 
-def cached_slot_invariance(llm) -> list[SlotCheck]:
-    """:func:`probe_slots` for `llm`, from the cache or measured now (a few seconds), keyed as
+def _probe_path(llm, max_n: int, kind: str):
+    tiled = "tiled" if tiled_from_environment() else "untiled"
+    return cache_dir() / "invariance" / f"{curve_key(llm, max_n)}-{tiled}{kind}.json"
+
+
+def cached_slot_invariance(llm, max_n: int = DEFAULT_MAX_N) -> list[SlotCheck]:
+    """:func:`probe_slots` for `llm`, from the cache or measured now (seconds), keyed as
     :func:`cached_invariance` is."""
-    path = cache_dir() / "invariance" / f"{curve_key(llm)}-{'tiled' if tiled_from_environment() else 'untiled'}-slots.json"
-    cached = read_cached(path, lambda data: [SlotCheck(**c) for c in data["checks"]], "slot invariance")
-    if cached is not None:
-        return cached
-    checks = probe_slots(llm)
-    write_text_atomically(path, json.dumps({"model": llm.model_path, "checks": [asdict(c) for c in checks]}))
-    return checks
+    return measured_once(
+        _probe_path(llm, max_n, "-slots"), "slot invariance",
+        parse=lambda data: [SlotCheck(**c) for c in data["checks"]],
+        measure=lambda: probe_slots(llm, max_n),
+        serialize=lambda checks: {"model": llm.model_path, "checks": [asdict(c) for c in checks]},
+    )  # fmt: skip
 
 
-def cached_invariance(llm) -> Invariance:
-    """:func:`probe_invariance` for `llm`, from the cache or measured now (a second or so for a
-    small model; leaves `llm` reset). Keyed like the cost curve, plus the tiled switch."""
-    path = cache_dir() / "invariance" / f"{curve_key(llm)}-{'tiled' if tiled_from_environment() else 'untiled'}.json"
-    cached = read_cached(path, lambda data: Invariance([RowCheck(**c) for c in data["checks"]]), "invariance")
-    if cached is not None:
-        return cached
-    result = probe_invariance(llm)
-    write_text_atomically(path, json.dumps({"model": llm.model_path, "checks": [asdict(c) for c in result.checks]}))
-    return result
+def cached_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
+    """:func:`probe_invariance` for `llm` up to max_n rows, from the cache or measured now (seconds
+    for a small model; leaves `llm` reset). Keyed like the cost curve, plus the tiled switch."""
+    return measured_once(
+        _probe_path(llm, max_n, ""), "invariance",
+        parse=lambda data: Invariance([RowCheck(**c) for c in data["checks"]]),
+        measure=lambda: probe_invariance(llm, max_n),
+        serialize=lambda result: {"model": llm.model_path, "checks": [asdict(c) for c in result.checks]},
+    )  # fmt: skip
 
 
 # -- what the doctor measured, kept per model and build: plookup.Llama reads the settings from it

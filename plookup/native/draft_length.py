@@ -154,3 +154,53 @@ def record_outcome(match_length, drafted, accepted, hits, trials):
         trials[b] += 1.0
         if k < accepted:
             hits[b] += 1.0
+
+
+@njit(cache=True)
+def size_stream_drafts(probs, counts, cost, max_rows):
+    """Draft lengths for m slots verified in one step of a cache with a KV stream per slot, where
+    llama.cpp's equal split makes uneven drafts a second ubatch: with k slots drafting n tokens
+    each and the rest none, the step is one ubatch of m rows and one of k * n (one of m * (1 + n)
+    when every slot drafts). probs[i, k] as for :func:`size_batch_drafts`. For each n, the k
+    slots whose first n tokens are likeliest accepted (ties: the higher index first); the best
+    expected tokens per cost wins, none when nothing beats m rows for cost(m)."""
+    m = counts.size
+    best = np.zeros(m, dtype=np.int64)
+    best_rate = m / batch_cost(m, cost)
+    longest = 0
+    for i in range(m):
+        longest = max(longest, counts[i])
+    gains = np.zeros(m)
+    order = np.zeros(m, dtype=np.int64)
+    for n in range(1, longest + 1):
+        able = 0
+        for i in range(m):
+            if counts[i] >= n:
+                gain = 0.0
+                for k in range(n):
+                    gain += probs[i, k]
+                # insert (gain, i) into order, descending by gain, then by index
+                j = able
+                while j > 0 and (gains[j - 1] < gain or (gains[j - 1] == gain and order[j - 1] < i)):
+                    gains[j] = gains[j - 1]
+                    order[j] = order[j - 1]
+                    j -= 1
+                gains[j] = gain
+                order[j] = i
+                able += 1
+        expected = float(m)
+        for k in range(1, able + 1):
+            if m + k * n > max_rows:
+                break
+            expected += gains[k - 1]
+            if k < m:
+                step = batch_cost(m, cost) + batch_cost(k * n, cost)
+            else:
+                step = batch_cost(m * (1 + n), cost)
+            rate = expected / step
+            if rate > best_rate:
+                best_rate = rate
+                best[:] = 0
+                for j in range(k):
+                    best[order[j]] = n
+    return best

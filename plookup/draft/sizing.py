@@ -1,0 +1,78 @@
+"""Several slots' drafts sized together for the step they share: one home for draft sizing.
+
+A step verifies every decoding slot's pending token and draft in one ``llama_decode``; its cost is
+the batch's, so the drafts are sized together for the expected tokens per cost of the whole step:
+a busy batch drafts less, a full one nothing, and a lone slot drafts what
+:meth:`plookup.draft.policy.DraftPolicy.choose` would. Each slot hands its candidate's prefix
+probabilities (:meth:`~plookup.draft.policy.DraftPolicy.prefix_probabilities`).
+
+Two layouts of the cache, two step costs:
+
+- one unified cache (:func:`size_batch`): a step of r rows costs cost(r);
+- a KV stream per slot (:func:`size_streams`, the engine's layout with several slots): each row
+  attends over its own slot's cells only (measured on this repository's 2-core machine,
+  Qwen2.5-Coder-0.5B Q8_0, 8 slots decoding plainly: a step of 8 rows took 104-117 ms against 141
+  ms in one unified cache), but uneven drafts cost more there than their rows:
+  see :func:`streams_step_cost`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..native.draft_length import batch_cost, size_batch_drafts, size_stream_drafts
+from .policy import validate_cost_curve
+
+
+def probability_table(probabilities: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(table, counts): the slots' prefix probabilities as rows of one array, zero-padded, and
+    how many of each row are the slot's (what the numba kernels take)."""
+    counts = np.array([len(p) for p in probabilities], dtype=np.int64)
+    table = np.zeros((len(probabilities), max(1, int(counts.max(initial=0)))))
+    for i, p in enumerate(probabilities):
+        table[i, : len(p)] = p
+    return table, counts
+
+
+def size_batch(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int) -> list[int]:
+    """Draft lengths for sequences verified in one batch of at most `max_rows` rows, each with
+    its pending token: ``probabilities[i]`` is sequence i's :meth:`DraftPolicy.prefix_probabilities`.
+    The lengths maximise expected tokens per cost of the whole step (see
+    :func:`plookup.native.draft_length.size_batch_drafts`): a busy batch drafts less, and a lone
+    sequence drafts what :meth:`DraftPolicy.choose` would."""
+    table, counts = probability_table(probabilities)
+    return size_batch_drafts(table, counts, validate_cost_curve(cost), int(max_rows)).tolist()
+
+
+def streams_step_cost(rows: list[int], cost: np.ndarray) -> float:
+    """What a step costs in a cache with a KV stream per sequence, `rows[i]` rows on sequence i.
+
+    llama.cpp splits such a batch into ubatches that take as many rows from every sequence still
+    in it (an "equal split"): with the counts sorted r_1 <= ... <= r_m, ubatch j takes
+    ``r_j - r_{j-1}`` rows from each of the m - j + 1 sequences with r >= r_j, so
+
+        cost = sum_j cost((m - j + 1) * (r_j - r_{j-1}))    over the distinct counts
+
+    (measured, Qwen 0.5B Q8_0 on 2 cores, single decodes: 4 slots of 1, 5, 9, 1 rows 9.0, the
+    formula 8.7; of 1, 1, 13, 1 rows 7.3, the formula 7.9; of 4 rows each 6.4, the formula 6.7;
+    in a unified cache all three cost 6.6-6.8)."""
+    total, below = 0.0, 0
+    counts = sorted(r for r in rows if r > 0)
+    for j, r in enumerate(counts):
+        if r > below:
+            total += float(batch_cost((len(counts) - j) * (r - below), cost))
+            below = r
+    return total
+
+
+def size_streams(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int) -> list[int]:
+    """Draft lengths for sequences verified in one step of a cache with a stream per sequence,
+    where uneven drafts split the step into several ubatches (:func:`streams_step_cost`).
+
+    Considered: no draft; and for each length n, the k slots whose first n tokens are likeliest
+    accepted drafting n each (k = 1..m; two ubatches, one when every slot drafts). The best expected
+    tokens per cost wins; a slot can only draft what its candidate holds (``len(p)`` tokens). The
+    search runs in :func:`plookup.native.draft_length.size_stream_drafts`: with drafts of up to 64
+    tokens it weighs 64 x m choices a step, which Python took milliseconds to do."""
+    table, counts = probability_table(probabilities)
+    return size_stream_drafts(table, counts, validate_cost_curve(cost), int(max_rows)).tolist()
