@@ -514,3 +514,42 @@ def test_concurrency_kinds_are_checked_before_a_model_loads(capsys):
     assert cli.main(["bench", "-m", "no-such-model.gguf", "--concurrency", "4", "--kinds", "copy,randm"]) == 1
     err = capsys.readouterr().err
     assert "--kinds" in err and "random T=1" in err and "no-such-model" not in err
+
+
+def test_server_draft_max_is_checked_before_a_model_loads(capsys):
+    assert cli.main(["bench", "-m", "no-such-model.gguf", "--concurrency", "1", "--server-draft-max", "16,0"]) == 1
+    assert "--server-draft-max" in capsys.readouterr().err
+
+
+def test_server_systems_sweep_draft_max_for_each_ngram_drafter():
+    from plookup.app.bench.concurrency import server_systems
+
+    assert server_systems(None) == [(None, None), ("ngram-mod", None), ("ngram-simple", None)]
+    assert server_systems("16,64") == [(None, None), ("ngram-mod", 16), ("ngram-mod", 64),
+                                       ("ngram-simple", 16), ("ngram-simple", 64)]  # fmt: skip
+
+
+def test_apply_workloads_send_the_old_file_and_its_diff_from_two_release_wheels(tmp_path, monkeypatch):
+    """No download: two wheels of a made-up package in the cache, as pip would have left them."""
+    import zipfile
+
+    from plookup.app.bench import releases
+
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "bench-releases"
+    folder.mkdir()
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(80))  # 2.3k characters
+    files = {
+        "1.0": {"pkg/a.py": body, "pkg/same.py": body, "pkg/small.py": "x = 1\n", "pkg/big.py": body * 4},
+        "1.1": {"pkg/a.py": body.replace("x + 7\n", "x + 70\n"), "pkg/same.py": body, "pkg/small.py": "x = 2\n",
+                "pkg/big.py": body.replace("x + 7\n", "x + 70\n") * 4},
+    }  # fmt: skip
+    for version, contents in files.items():
+        with zipfile.ZipFile(folder / f"pkg-{version}-py3-none-any.whl", "w") as wheel:
+            for name, text in contents.items():
+                wheel.writestr(name, text)
+    assert [c.path for c in releases.changes("pkg", "1.0", "1.1")] == ["pkg/a.py", "pkg/big.py", "pkg/small.py"]
+    (load,) = releases.apply_workloads(5, releases=[("pkg", "1.0", "1.1")])  # small and big are out of bounds
+    assert load.kind == "apply" and load.name == "apply:pkg-1.0..1.1:pkg/a.py"
+    prompt = load.messages[-1]["content"]
+    assert f"```python\n{body}```" in prompt and "-    return x + 7\n+    return x + 70\n" in prompt

@@ -22,6 +22,7 @@ from ...draft.drafters import make_drafter
 from ...measure.costs import measure_cost_curve, oracle_speedup
 from ..options import add_model_options, llama_cpp_kwargs, model_kwargs
 from . import report as bench_report
+from .concurrency import DEFAULT_KINDS
 from .measure import (
     BASELINE,
     geometric_mean,
@@ -95,9 +96,20 @@ def register(commands) -> None:
     bench.add_argument("--rounds", type=int, default=1, metavar="N",
                        help="with --concurrency: requests each client sends, one after another (default 1); "
                             "more keep every slot busy, so that a level's throughput is not one batch's tail")  # fmt: skip
-    bench.add_argument("--kinds", metavar="LIST", default="copy,free,random T=1",
-                       help="with --concurrency: the workload kinds to run, of copy, free and \"random T=1\" "
-                            "(default: all three)")  # fmt: skip
+    bench.add_argument("--kinds", metavar="LIST", default=DEFAULT_KINDS,
+                       help="with --concurrency: the workload kinds to run, of copy, free, \"random T=1\" and "
+                            "apply (whole-file applies of real changes from PyPI releases, long answers; "
+                            f"downloaded with pip once) (default: {DEFAULT_KINDS})")  # fmt: skip
+    bench.add_argument("--also-max-draft", metavar="LIST", type=lambda text: [int(n) for n in text.split(",")],
+                       help="with --concurrency: also run plookup with each of these --max-draft values, side by "
+                            "side with the others (e.g. 16: drafts as long as before they grew)")  # fmt: skip
+    bench.add_argument("--trace", action="store_true",
+                       help="with --concurrency and --json: keep every step of plookup's engine in the JSON (its "
+                            "rows, drafts and accepted tokens, time in llama_decode and on the host)")  # fmt: skip
+    bench.add_argument("--server-draft-max", metavar="LIST",
+                       help="with --concurrency and llama-server: run its n-gram drafters with each of these "
+                            "longest drafts (ngram-mod's n-max, ngram-simple's size-m; e.g. 16,64; default: "
+                            "llama-server's own, 64 and 48)")  # fmt: skip
     bench.set_defaults(func=cmd_bench)
 
 
@@ -182,7 +194,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_concurrency(args: argparse.Namespace) -> int:
     from .concurrency import cmd_concurrency as run
-    from .concurrency import parse_kinds, plot
+    from .concurrency import parse_kinds, plot, server_systems
 
     try:
         levels = [int(c) for c in args.concurrency.split(",") if c]
@@ -191,6 +203,7 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
     if not levels or min(levels) < 1:
         raise ValueError("--concurrency: every client count must be >= 1")
     parse_kinds(args.kinds)  # before any model loads
+    server_systems(args.server_draft_max)
     if args.rounds < 1:
         raise ValueError("--rounds: every client sends at least one request")
     args.max_tokens = args.max_tokens or QUICK_MAX_TOKENS

@@ -5,9 +5,11 @@ For each concurrency c, one ``plookup.Llama(parallel=c)`` serves c client thread
 taking turns on it: "plain batched" (the same engine, drafting off: ``max_draft`` 0) and "plookup";
 then, where a llama-server binary is given, llama-server with c slots (``-np c``, each the whole
 n_ctx), plain and with its n-gram drafters, its clients streaming.
-Workloads: copy-heavy requests (code edits, proofreading), free-form questions, and prompts of
+Workloads: copy-heavy requests (code edits, proofreading), free-form questions, prompts of
 random tokens sampled at temperature 1.0, decoded past their end-of-generation tokens (every
-system: llama-server with ignore_eos); every prompt prefilled (no slot keeps the last run's).
+system: llama-server with ignore_eos), and "apply": an editor's whole-file apply of a real change
+(:mod:`.releases`), long answers up to APPLY_MAX_TOKENS; every prompt prefilled (no slot keeps the
+last run's).
 Reported per system, workload and c: aggregate completion tokens per second of wall time (prefills
 included); aggregate decode tokens per second, c x the mean over requests of (tokens - 1) / (last
 token's time - first token's time), the rate c requests at a time decode at, prefills of others
@@ -18,10 +20,12 @@ is never wrong could add to c slots decoding plainly).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Optional
 
 import llama_cpp
@@ -29,11 +33,21 @@ import numpy as np
 
 from .report import grid
 
-SYSTEMS = ("plain batched", "plookup")
 # llama-server's systems: decoding plainly (None) and its model-free drafters.
 SERVER_SPEC_TYPES = (None, "ngram-mod", "ngram-simple")
 RANDOM_TEMPERATURE = 1.0
-KINDS = ("copy", "free", "random T=1")  # request_sets' kinds
+KINDS = ("copy", "free", "random T=1", "apply")  # request_sets' kinds
+DEFAULT_KINDS = "copy,free,random T=1"
+# An apply answer is the whole file: up to this many tokens, whatever --max-tokens says.
+APPLY_MAX_TOKENS = 2048
+
+
+@dataclass(frozen=True)
+class RequestSet:
+    prompts: list  # of token lists
+    temperature: float
+    through_eog: bool  # decode past end-of-generation tokens (llama-server's ignore_eos)
+    max_tokens: Optional[int] = None  # None: --max-tokens
 
 
 def always_right_bound(cost: np.ndarray, slots: int, max_draft: int) -> float:
@@ -44,23 +58,38 @@ def always_right_bound(cost: np.ndarray, slots: int, max_draft: int) -> float:
     return max(r / cost[r - 1] for r in rows) / base
 
 
-def request_sets(llm, seed: int, per_kind: int) -> dict[str, tuple[list[list[int]], float, bool]]:
-    """kind -> (prompts, temperature, through_eog). Random prompts decode past their
+def request_sets(llm, seed: int, per_kind: int, kinds=KINDS) -> dict[str, RequestSet]:
+    """kind -> its requests, for each of `kinds`. Random prompts decode past their
     end-of-generation tokens (llama-server's ignore_eos): sampled at temperature 1 they meet one
     within a few tokens, and their rates would divide by almost nothing."""
     from .plain import chat_prompt_tokens
+    from .releases import apply_workloads
     from .workloads import standard_workloads
 
+    def tokens(loads) -> list:
+        return [chat_prompt_tokens(llm, w.messages) for w in loads]
+
+    def random_prompts() -> list:
+        rng = np.random.default_rng(seed)
+        return [rng.integers(100, llm.n_vocab(), 64).tolist() for _ in range(per_kind)]
+
     workloads = standard_workloads(seed=seed)
-    copy = [w for w in workloads if w.kind == "copy"][:per_kind]
-    free = [w for w in workloads if w.kind == "free"][:per_kind]
-    rng = np.random.default_rng(seed)
-    random_prompts = [rng.integers(100, llm.n_vocab(), 64).tolist() for _ in range(per_kind)]
-    return {
-        "copy": ([chat_prompt_tokens(llm, w.messages) for w in copy], 0.0, False),
-        "free": ([chat_prompt_tokens(llm, w.messages) for w in free], 0.0, False),
-        "random T=1": (random_prompts, RANDOM_TEMPERATURE, True),
-    }
+    made = {
+        "copy": lambda: RequestSet(tokens([w for w in workloads if w.kind == "copy"][:per_kind]), 0.0, False),
+        "free": lambda: RequestSet(tokens([w for w in workloads if w.kind == "free"][:per_kind]), 0.0, False),
+        "random T=1": lambda: RequestSet(random_prompts(), RANDOM_TEMPERATURE, True),
+        "apply": lambda: RequestSet(tokens(apply_workloads(per_kind)), 0.0, False, APPLY_MAX_TOKENS),
+    }  # fmt: skip
+    return {kind: made[kind]() for kind in kinds}
+
+
+def server_systems(draft_max: Optional[str]) -> list[tuple[Optional[str], Optional[int]]]:
+    """(spec type, --draft-max) of each llama-server system: plain, and each n-gram drafter with
+    each of the comma-separated --draft-max values (None: the server's default)."""
+    values = [int(v) for v in draft_max.split(",")] if draft_max else [None]
+    if any(v is not None and v < 1 for v in values):
+        raise ValueError(f"--server-draft-max: positive integers, got {draft_max!r}")
+    return [(None, None)] + [(spec, v) for spec in SERVER_SPEC_TYPES if spec for v in values]
 
 
 def parse_kinds(text: str) -> list[str]:
@@ -126,19 +155,27 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
     rows = []
     for clients in levels:
         note(f"concurrency {clients}: loading the model with {clients} slots")
-        llm = plookup.Llama(parallel=clients, max_draft=args.max_draft, **kwargs)
+        # Decodes on a thread of their own, as `plookup serve` has them: the clients are threads
+        # of a pool, and a decode from a thread other than the one that loaded the model ran 30%
+        # slower at one client (plookup.engine.decode_thread).
+        llm = plookup.Llama(parallel=clients, max_draft=args.max_draft, decode_thread=True, **kwargs)
         own = llm.drafter.max_draft
         bound = always_right_bound(llm.drafter.policy.cost, clients, own)
-        sets = {k: v for k, v in request_sets(llm, args.seed, args.per_kind).items() if k in kinds}
+        sets = request_sets(llm, args.seed, args.per_kind, kinds)
         servers = []
         if server:
             eos = llm.token_eos()
-            for spec in SERVER_SPEC_TYPES:
-                note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}")
-                servers.append(ServerSystem(server, spec, kwargs, eos, slots=clients))
-        systems = {s: None for s in SYSTEMS} | {s.name: s for s in servers}
+            for spec, draft_max in server_systems(args.server_draft_max):
+                note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}"
+                     + (f" --draft-max {draft_max}" if draft_max else ""))  # fmt: skip
+                servers.append(ServerSystem(server, spec, kwargs, eos, slots=clients, draft_max=draft_max))
+        # The engine's systems by their max_draft (plain batched: 0), then llama-server's.
+        local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
+        systems = {s: None for s in local} | {s.name: s for s in servers}
         try:
-            for kind, (prompts, temperature, through_eog) in sets.items():
+            for kind, requests in sets.items():
+                prompts, temperature, through_eog = requests.prompts, requests.temperature, requests.through_eog
+                max_tokens = requests.max_tokens or args.max_tokens
                 # Every client sends `rounds` requests in turn (distinct prompts first, then again).
                 wanted = max(clients * args.rounds, len(prompts))
                 prompts = (prompts * wanted)[:wanted]
@@ -146,12 +183,17 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
                 for _ in range(args.repeats or 1):
                     for system, remote in systems.items():  # side by side: the systems take turns
                         if remote is None:
-                            llm.drafter.max_draft = 0 if system == "plain batched" else own
+                            llm.drafter.max_draft = local[system]
                             llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
+                            llm._engine.trace = [] if args.trace else None
                             request = functools.partial(timed_request, llm)
                         else:
                             request = remote.stream
-                        cells[system].append(run_cell(request, prompts, clients, args.max_tokens, temperature, through_eog))
+                        cell = run_cell(request, prompts, clients, max_tokens, temperature, through_eog)
+                        if remote is None and args.trace:
+                            cell["steps"] = [dataclasses.asdict(step) for step in llm._engine.trace]
+                            llm._engine.trace = None
+                        cells[system].append(cell)
                         note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
                              f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")  # fmt: skip
                 add_rows(rows, record, clients, kind, bound, cells)

@@ -49,13 +49,15 @@ def _peak_rss_mib(pid: int) -> Optional[float]:
 class ServerSystem:
     """`spec_type` None: the server decodes without drafting."""
 
-    def __init__(self, binary: str, spec_type: Optional[str], model_kwargs: dict, eos_token: int, slots: int = 1):
-        self.name = f"server-{spec_type or 'plain'}"
+    def __init__(self, binary: str, spec_type: Optional[str], model_kwargs: dict, eos_token: int, slots: int = 1,
+                 draft_max: Optional[int] = None):  # fmt: skip
+        self.name = f"server-{spec_type or 'plain'}" + (f"-{draft_max}" if draft_max else "")
         self.eos_token = eos_token
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
         threads = str(model_kwargs["n_threads"])
         flags = ["--spec-type", spec_type] if spec_type else []
+        flags += draft_max_flags(spec_type, draft_max) if draft_max else []
         # llama_cpp's default is off, the server's auto (on here): the same for both.
         flags += ["-fa", "on" if model_kwargs.get("flash_attn") else "off"]
         self.process = subprocess.Popen(
@@ -118,6 +120,16 @@ class ServerSystem:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+# How long llama-server's n-gram drafts may be, by spec type (its defaults: ngram-mod 48-64,
+# ngram-simple 48); --draft-max is gone from this llama.cpp.
+def draft_max_flags(spec_type: str, draft_max: int) -> list[str]:
+    if spec_type == "ngram-mod":
+        return ["--spec-ngram-mod-n-max", str(draft_max), "--spec-ngram-mod-n-min", str(min(draft_max, 48))]
+    if spec_type in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
+        return [f"--spec-{spec_type}-size-m", str(draft_max)]
+    raise ValueError(f"no draft length to set for llama-server's {spec_type}")
 
 
 def server_record(reply: dict, total_s: float, eos_token: int, rss_mib: Optional[float]) -> dict:
