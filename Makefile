@@ -66,7 +66,7 @@ test-slow: install
 # the tests that hold in any build).
 test-exact: install
 	$(PY) -m pytest -q --durations=10 tests/test_exact.py tests/test_doctor.py tests/test_claims.py \
-		tests/test_sampling.py::test_same_seed_same_text -k "not nothing_is_drafted and not prefill_makes_plain"
+		tests/test_logprobs.py tests/test_sampling.py::test_same_seed_same_text -k "not nothing_is_drafted and not prefill_makes_plain"
 
 # aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
 # from PyPI, once). AIDER_ARGS e.g. "--memory" or "-m qwen-coder-0.5b --formats whole --json out.json".

@@ -280,7 +280,7 @@ def test_stopping_criteria_end_where_plains_do(plain, smol, stream):
     assert smol.last_stats.accepted > 0  # the criterion fired inside a verified draft
 
 
-# -- Python logits processors decode plainly, with a warning; logprobs are refused
+# -- Python logits processors decode plainly, with a warning
 
 
 def ban(llm, piece: str):
@@ -314,11 +314,6 @@ def test_logits_processors_decode_plainly_with_a_warning(plain, smol, kind):
         assert " k" not in got[0]  # the processor was applied
 
 
-def test_logprobs_are_refused(smol):
-    with pytest.raises(ValueError, match="logprobs"):
-        smol.create_completion(COPY_PROMPT, max_tokens=4, logprobs=2)
-
-
 @pytest.fixture(scope="module")
 def client(smol):
     with TestClient(create_app(smol, "smol")) as client:
@@ -329,10 +324,8 @@ def events(response) -> list[dict]:
     return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
 
 
-def test_server_logprobs_400_min_tokens_and_logit_bias_plain_streams_without_usage(client, plain):
+def test_server_min_tokens_and_logit_bias_plain_streams_without_usage(client, plain):
     body = dict(prompt=COPY_PROMPT, max_tokens=30, temperature=0)
-    refused = client.post("/v1/completions", json=dict(body, logprobs=2))
-    assert refused.status_code == 400 and "logprobs" in refused.json()["error"]["message"]
     for extra in (dict(min_tokens=20), dict(logit_bias={str(plain.tokenize(b" k", add_bos=False)[0]): -100})):
         with pytest.warns(UserWarning, match="decoding without speculation"):
             whole = client.post("/v1/completions", json=dict(body, **extra)).json()

@@ -108,7 +108,7 @@ def accept_everything(draft, sample, stop=None, branch=None) -> Verdict:
     """A deliberately wrong rule with plookup.verify.accept.accept's interface: every draft token is kept,
     whatever the model samples, and one more token is sampled after them."""
     token, _ = sample(len(draft))
-    return Verdict((*draft, token), stopped=False, branch_taken=False)
+    return Verdict((*draft, token), stopped=False, branch_taken=False, rows=tuple(range(len(draft) + 1)))
 
 
 class AcceptEverything(plookup.Llama):

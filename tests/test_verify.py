@@ -33,7 +33,7 @@ def test_longest_agreeing_prefix_then_the_targets_token():
     # draft 5 6 7; the target says 5 6 then 9 (row 2): 2 accepted, 9 is the correction.
     sample = greedy({0: 5, 1: 6, 2: 9, 3: 4})
     verdict = accept([5, 6, 7], sample)
-    assert verdict == Verdict((5, 6, 9), stopped=False, branch_taken=False)
+    assert verdict == Verdict((5, 6, 9), stopped=False, branch_taken=False, rows=(0, 1, 2))
     assert verdict.accepted == 2 and sample.asked == [0, 1, 2]  # row 3 is never read
 
 
@@ -59,7 +59,7 @@ def test_branch_taken_at_the_fork_continues_on_the_branch_rows():
     sample = greedy({0: 5, 1: 16, 5: 17, 6: 99})
     verdict = accept([5, 6, 7, 8], sample, branch=branch)
     assert verdict.branch_taken and verdict.tokens == (5, 16, 17, 99) and verdict.accepted == 3
-    assert sample.asked == [0, 1, 5, 6]
+    assert sample.asked == [0, 1, 5, 6] and verdict.rows == (0, 1, 5, 6)  # each token's own row
 
 
 def test_branch_not_taken_when_the_target_follows_the_draft():
@@ -91,6 +91,7 @@ def test_stop_mid_draft_drops_the_tripping_token_and_sees_the_verified_prefix():
     verdict = accept([5, 6, 7], greedy({0: 5, 1: 6, 2: 7, 3: 8}), stop)
     assert verdict.stopped and verdict.tokens == (5, 6) and verdict.accepted == 2
     assert seen == [([], 0), ([5], 1), ([5, 6], 2)]
+    assert verdict.rows == (0, 1)  # the tripping token's row 2 is not an emitted token's
 
 
 def test_stop_sees_the_fork_once_the_branch_is_taken():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import inspect
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -50,11 +51,13 @@ from ..verify.accept import accept
 from ..verify.backend import BackendGreedy
 from ..verify.grammar import check_grammar
 from ..verify.greedy import greedy_rows, logits_row
+from ..verify.logprobs import Logprobs
+from .logprobs import check_logprobs, with_logprobs
 from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
 
 GGUF_MAGIC = b"GGUF"
-COMPLETION_MAX_TOKENS = 16  # llama_cpp.Llama.create_completion's default max_tokens
+COMPLETION = inspect.signature(llama_cpp.Llama.create_completion)
 
 
 def check_gguf(model_path: str) -> None:
@@ -87,6 +90,9 @@ class Call:
     # Its generation on the engine (plookup.engine.Generation), once admitted: its slot's tokens
     # are what llama_cpp's completion code reads as the model's input_ids.
     generation: Optional[object] = None
+    # Set by a completion that asks for logprobs (None: no row is read for them): each emitted
+    # token's values, read from the row that chose it.
+    logprobs: Optional[Logprobs] = None
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()
@@ -365,11 +371,20 @@ class Llama(llama_cpp.Llama):
 
     def create_completion(self, *args, prediction=None, **kwargs):
         call, owner = self._call(prediction)
-        # llama_cpp's create_completion(prompt, suffix=None, max_tokens=16, ...): <= 0 or None is
-        # "up to the context", which the room left bounds anyway.
-        max_tokens = kwargs.get("max_tokens", args[2] if len(args) > 2 else COMPLETION_MAX_TOKENS)
+        request = COMPLETION.bind(self, *args, **kwargs).arguments
+        del request["self"]
+        # max_tokens <= 0 or None is "up to the context", which the room left bounds anyway.
+        max_tokens = request.get("max_tokens", COMPLETION.parameters["max_tokens"].default)
         call.max_tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
-        return self._deliver(call, owner, _within(call, super().create_completion, *args, **kwargs))
+        # llama_cpp reads logprobs from logits_all rows, which plookup does not keep: its completion
+        # runs without them, and the generation reads them from the rows that chose its tokens.
+        top = request.pop("logprobs", None)
+        check_logprobs(top, request.get("echo", False))
+        call.logprobs = logprobs = Logprobs(top) if top is not None else None
+        result = _within(call, super().create_completion, **request)
+        if logprobs is not None:
+            result = with_logprobs(self, request["prompt"], logprobs, result)
+        return self._deliver(call, owner, result)
 
     def create_chat_completion(self, *args, prediction=None, **kwargs):
         # The chat handler generates through self.create_completion, which joins this call.
@@ -470,14 +485,18 @@ class Llama(llama_cpp.Llama):
                 ):  # fmt: skip
                     if call.is_cancelled():
                         return
+                    if call.logprobs is not None:  # the row it was sampled from is the newest
+                        call.logprobs.read(self._logits_row(-1), token)
                     stats.record_step(0, 0)
                     stats.generated += 1
                     yield token
             return
         # A greedy chain without a grammar reads each row's argmax in place (plookup.verify.greedy), or
-        # has it read on the backend where nothing else reads the row (plookup.verify.backend).
+        # has it read on the backend where nothing else reads the row (plookup.verify.backend):
+        # stopping criteria and logprobs read it.
         sampler = greedy_rows(self._n_vocab, self.last_n_tokens_size, grammar=grammar, **sampling)
-        if sampler is not None and self.backend_sampling and sampler.window is None and stopping_criteria is None:
+        reads_rows = stopping_criteria is not None or call.logprobs is not None
+        if sampler is not None and self.backend_sampling and sampler.window is None and not reads_rows:
             sampler = BackendGreedy()
         stats.sampler = sampler.name if sampler is not None else "chain"
         sampler = sampler or self._init_sampler(grammar=grammar, **sampling)

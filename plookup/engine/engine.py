@@ -462,7 +462,7 @@ class Engine:
         """The first token comes from the prompt's last row, as in plain decoding: a step that
         drafts nothing is then plain's single-token decode."""
         verdict = self._accept(gen, [], row, gen.slot.n - 1, None)
-        self._emit(gen, NO_DRAFT, NO_DRAFT, verdict)
+        self._emit(gen, NO_DRAFT, NO_DRAFT, verdict, row)
 
     def _judge(self, gen: Generation, draft: Draft, start: int) -> int:
         """Verify the generation's rows and leave its sequence holding the pending token and the
@@ -489,10 +489,11 @@ class Engine:
         if not rolled_back:
             self._evaluate_afresh(slot, keep)
         slot.n = keep
-        self._emit(gen, draft, path, verdict)
+        self._emit(gen, draft, path, verdict, start)
         return verdict.accepted
 
-    def _emit(self, gen: Generation, draft: Draft, path: Draft, verdict) -> None:
+    def _emit(self, gen: Generation, draft: Draft, path: Draft, verdict, start: int) -> None:
+        """Hand the verdict's tokens to the consumer (their rows begin at batch row `start`)."""
         stats = gen.call.stats
         stats.record_step(len(path), verdict.accepted)
         if draft.branch is not None:
@@ -505,12 +506,22 @@ class Engine:
         gen.drafter.observe(path, verdict.accepted)
         gen.drafter.observe_sampling(verdict.samples, verdict.most_likely)
         if verdict.tokens:
+            if gen.call.logprobs is not None:  # before the tokens go out: their consumer reads both
+                self._read_logprobs(gen, verdict, start)
             gen.drafter.extend(np.asarray(verdict.tokens, dtype=np.int32))
             gen.pending = verdict.tokens[-1]
             gen.emitted += len(verdict.tokens)
             gen.out.extend(verdict.tokens)
         if verdict.stopped:
             gen.done = True
+
+    def _read_logprobs(self, gen: Generation, verdict, start: int) -> None:
+        """Each emitted token's logprobs from the row that chose it, before the next decode
+        overwrites the rows (host time reading rows, counted as sampling)."""
+        begin = time.perf_counter()
+        for token, row in zip(verdict.tokens, verdict.rows, strict=True):
+            gen.call.logprobs.read(self.llm._logits_row(start + row), token)
+        gen.call.stats.sample_seconds += time.perf_counter() - begin
 
     def _fail(self, gen: Generation, error: BaseException) -> None:
         """End one generation with `error`; its cells go back to what it had before the step."""

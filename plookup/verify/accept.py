@@ -44,6 +44,8 @@ class Verdict:
     branch_taken: bool  # the path was the draft's fork, not the draft
     samples: int = 0  # tokens sampled at random (temperature > 0) ...
     most_likely: int = 0  # ... of which the model's most likely one: the policy learns from both
+    # the batch row (from the step's first) each of `tokens` was sampled from: its logprobs' row
+    rows: tuple[int, ...] = ()
 
     @property
     def accepted(self) -> int:
@@ -55,6 +57,7 @@ def accept(draft: Sequence[int], sample: Sample, stop: Optional[Stop] = None, br
     """Walk the batch rows of `draft` (and of ``branch``, a :class:`~plookup.draft.values.Branch`)."""
     path, rows = list(draft), range(len(draft) + 1)  # rows[i]: the row after path[:i]
     tokens: list[int] = []
+    chosen: list[int] = []  # the row of each token
     samples = most_likely = 0
     branch_taken = False
     i = 0
@@ -64,8 +67,9 @@ def accept(draft: Sequence[int], sample: Sample, stop: Optional[Stop] = None, br
             samples += 1
             most_likely += likely
         if stop is not None and stop(path[:i], rows[i]):
-            return Verdict(tuple(tokens), True, branch_taken, samples, most_likely)
+            return Verdict(tuple(tokens), True, branch_taken, samples, most_likely, tuple(chosen))
         tokens.append(token)
+        chosen.append(rows[i])
         if branch is not None and i == branch.at and len(branch.tokens) and token == branch.tokens[0]:
             path = [*path[:i], *map(int, branch.tokens)]
             rows = [*rows[: i + 1], *range(len(draft) + 1, len(draft) + 1 + len(branch.tokens))]
@@ -73,4 +77,4 @@ def accept(draft: Sequence[int], sample: Sample, stop: Optional[Stop] = None, br
         if i == len(path) or token != path[i]:
             break  # y != x: the draft is rejected from here on, y is the correction
         i += 1
-    return Verdict(tuple(tokens), False, branch_taken, samples, most_likely)
+    return Verdict(tuple(tokens), False, branch_taken, samples, most_likely, tuple(chosen))

@@ -34,6 +34,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from ...api.llama import Llama
+from ...api.logprobs import check_logprobs
 from ...api.prediction import chunk_text, completion_text, prediction_text
 from ...verify.grammar import check_grammar
 from .errors import APIError, error_event, install_error_handlers, model_error
@@ -96,7 +97,11 @@ class PromptProbe:
     def generate(self, tokens, *args, **kwargs):
         raise PromptTokens(tokens)
 
-    def _create_completion(self, *args, **kwargs):
+    def _create_completion(self, *args, logprobs=None, **kwargs):
+        # Both routes' logprobs arrive here (a chat handler's as its top_logprobs): refused now
+        # if plookup.Llama would refuse them, and kept from llama_cpp, which gives them only with
+        # logits_all (the prompt does not depend on them).
+        check_logprobs(logprobs, kwargs.get("echo", False))
         return llama_cpp.Llama._create_completion(self, *args, **kwargs)
 
     def create_completion(self, *args, **kwargs):
@@ -279,6 +284,8 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: ChatCompletionRequest):
+        if body.logprobs and body.top_logprobs is None:
+            body.top_logprobs = 0  # OpenAI's logprobs without alternatives (llama_cpp's handler gives none)
         return await service.respond(request, body, "create_chat_completion")
 
     @app.get("/v1/models")
