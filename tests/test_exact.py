@@ -18,6 +18,7 @@ import plookup
 from plookup.app.bench.plain import chat_prompt_tokens, first_divergence, greedy_with_gaps
 from plookup.app.bench.workloads import standard_workloads
 from plookup.app.models import quantized_path
+from plookup.measure.costs import DEFAULT_MAX_N, curve_sizes
 from plookup.measure.exactness import llamafile_in_build, probe_invariance
 
 from conftest import LLAMA_KWARGS, MODEL_KWARGS, kv_positions
@@ -97,7 +98,8 @@ def test_the_probe_tells_the_builds_apart(model_path, smollm2_q8_0):
     for path in (model_path["smollm2"], smollm2_q8_0):
         llm = plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS)
         verdict = probe_invariance(llm)
-        assert len(verdict.checks) == 15 + 13  # n = 2..16 single-draft, n = 4..16 two-branch
+        singles = len(curve_sizes(DEFAULT_MAX_N)) - 1  # n = 2..17, then 24, 32, ..., 64, 65
+        assert len(verdict.checks) == singles + 13 == 23 + 13  # and n = 4..16 two-branch
         assert verdict.invariant == EXACT_BUILD, verdict.summary()
         assert (plookup.Llama(path, **LLAMA_KWARGS).exact is True) == EXACT_BUILD
 

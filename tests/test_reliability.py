@@ -27,7 +27,7 @@ import plookup
 from plookup.draft.drafters import NgramDrafter, SuffixDrafter
 from plookup.draft.policy import CPU_COST_CURVE
 from plookup.index.memory import GlobalMemory
-from plookup.measure.costs import measure_cost_curve
+from plookup.measure.costs import DEFAULT_MAX_N, measure_cost_curve
 
 from conftest import LLAMA_KWARGS, kv_positions
 
@@ -270,9 +270,9 @@ def test_cost_curve_fits_a_small_context(model_path, monkeypatch, tmp_path, n_ct
     # Measuring used to evaluate 256 tokens of context whatever n_ctx was.
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     small = plookup.Llama(model_path["smollm2"], **dict(KWARGS, n_ctx=n_ctx))  # measures
-    assert len(small.drafter.policy.cost) == min(16, n_ctx)  # n_batch <= n_ctx bounds the batch
+    assert len(small.drafter.policy.cost) == min(DEFAULT_MAX_N, n_ctx)  # n_batch <= n_ctx bounds the batch
     cost = measure_cost_curve(small, repeats=1)
-    assert len(cost) == min(16, n_ctx) and np.all(np.isfinite(cost) & (cost > 0))
+    assert len(cost) == min(DEFAULT_MAX_N, n_ctx) and np.all(np.isfinite(cost) & (cost > 0))
     assert complete(small, [19], max_tokens=4)["usage"]["completion_tokens"] == 4
 
 
@@ -504,4 +504,4 @@ def test_cost_curve_cache_is_owner_only_and_a_corrupt_one_is_replaced(model_path
     path.write_text('{"cost": [1.0, ')
     with pytest.warns(UserWarning, match="unreadable cost curve"):
         cost = cached_cost_curve(llm)
-    assert len(cost) == 16 and json.loads(path.read_text())["cost"] == cost.tolist()
+    assert len(cost) == 64 and json.loads(path.read_text())["cost"] == cost.tolist()
