@@ -106,16 +106,18 @@ def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, s
     every system of the bench counts it; `through_eog`: on past it), and the time each reached
     its client."""
     start = time.perf_counter()
-    times = []
+    times, tokens = [], []
     vocab = llm._model.vocab
     with llm.request() as call:
         call.max_tokens = max_tokens
         call.seed = seed
         for token in itertools.islice(llm.generate(prompt, temp=temperature), max_tokens):
             times.append(time.perf_counter())
+            tokens.append(token)
             if not through_eog and llama_cpp.llama_vocab_is_eog(vocab, token):
                 break
-    return dict(start=start, times=times, forward_passes=call.stats.forward_passes, accepted=call.stats.accepted)
+    return dict(start=start, times=times, tokens=tokens, forward_passes=call.stats.forward_passes,
+                accepted=call.stats.accepted)  # fmt: skip
 
 
 def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature: float,
@@ -127,6 +129,7 @@ def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature:
     with ThreadPoolExecutor(max_workers=clients) as pool:
         done = list(pool.map(lambda a: request(a[1], max_tokens, temperature, a[0], through_eog), enumerate(prompts)))
     wall = time.perf_counter() - start
+    outputs = [r.get("tokens") for r in done]
     tokens = sum(len(r["times"]) for r in done)
     ttft = [r["times"][0] - r["start"] for r in done if r["times"]]
     itl = [b - a for r in done for a, b in zip(r["times"], r["times"][1:])]
@@ -138,6 +141,7 @@ def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature:
         itl_p50=float(np.percentile(itl, 50)) if itl else 0.0, itl_p95=float(np.percentile(itl, 95)) if itl else 0.0,
         passes_per_token=None if any(r["forward_passes"] is None for r in done)
         else sum(r["forward_passes"] for r in done) / max(1, tokens),
+        outputs=outputs,  # each request's tokens, where the system reports them (plookup's)
     )  # fmt: skip
 
 
@@ -196,6 +200,14 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
                         cells[system].append(cell)
                         note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
                              f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")  # fmt: skip
+                # Greedy outputs, for `plookup bench --replay` under another curve.
+                if temperature == 0 and clients == levels[0]:
+                    record.setdefault("recorded", {})[kind] = [
+                        dict(name=f"{kind}:{i}", prompt_tokens=prompt, output_tokens=output)
+                        for i, (prompt, output) in enumerate(zip(requests.prompts, cells["plain batched"][0]["outputs"]))
+                    ]  # fmt: skip
+                for cell in itertools.chain(*cells.values()):
+                    del cell["outputs"]  # kept once, above
                 add_rows(rows, record, clients, kind, bound, cells)
         finally:
             for remote in servers:

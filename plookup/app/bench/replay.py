@@ -143,7 +143,8 @@ def replay_speedups(make_drafter, prompt, output, cost: np.ndarray) -> tuple[Spe
 def load_recorded(path: str) -> tuple[list[tuple[str, list[int], list[int]]], Optional[np.ndarray]]:
     """(name, prompt tokens, greedy output tokens) cases, and the cost curve when recorded.
 
-    Reads a `plookup bench --json` file, or JSONL lines of
+    Reads a `plookup bench --json` file (of the single-stream comparison, or of --concurrency: its
+    plain batched greedy outputs, the first of each prompt), or JSONL lines of
     {"name"?, "prompt_tokens": [...], "output_tokens": [...]}.
     """
     with open(path, encoding="utf-8") as f:
@@ -155,6 +156,9 @@ def load_recorded(path: str) -> tuple[list[tuple[str, list[int], list[int]]], Op
     if isinstance(run, dict) and "workloads" in run:
         cases = [(w["name"], w["prompt_tokens"], w["reference_tokens"]) for w in run["workloads"]]
         return cases, np.asarray(run["cost_curve"]) if run.get("cost_curve") else None
+    if isinstance(run, dict) and "recorded" in run.get("concurrency", {}):  # plain batched's greedy outputs
+        recorded = [r for kind in run["concurrency"]["recorded"].values() for r in kind]
+        return [(r["name"], r["prompt_tokens"], r["output_tokens"]) for r in recorded], None
     cases = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
