@@ -10,6 +10,7 @@ test-exact` runs it, with test_doctor.py, in a llama.cpp built without llamafile
 from __future__ import annotations
 
 import itertools
+import json
 
 import llama_cpp
 import pytest
@@ -102,6 +103,20 @@ def test_the_probe_tells_the_builds_apart(model_path, smollm2_q8_0):
         assert len(verdict.checks) == singles + 13 == 23 + 13  # and n = 4..16 two-branch
         assert verdict.invariant == EXACT_BUILD, verdict.summary()
         assert (plookup.Llama(path, **LLAMA_KWARGS).exact is True) == EXACT_BUILD
+
+
+@pytest.mark.budget(60)
+def test_the_probe_runs_on_a_context_of_several_slots(model_path, tmp_path, monkeypatch):
+    """Several slots have a KV stream each and no branch sequence: the probe checks single drafts
+    there (a row on two streams made llama_decode fail, and the model did not load), cached apart
+    from a one-slot context's verdict."""
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    spec = plookup.Llama(model_path["smollm2"], parallel=2, cost_curve=None, **LLAMA_KWARGS)  # probes
+    assert spec.kv_layout == "streams" and spec.exact is EXACT_BUILD
+    [path] = (tmp_path / "invariance").glob("*-streams.json")
+    checks = json.loads(path.read_text())["checks"]
+    assert [c["n"] for c in checks] == curve_sizes(DEFAULT_MAX_N)[1:] and not any(c["two_branch"] for c in checks)
+    assert len(list(itertools.islice(spec.generate(spec.tokenize(b"Once upon a time"), temp=0.0), 8))) == 8
 
 
 @pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")

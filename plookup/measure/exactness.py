@@ -201,8 +201,11 @@ def probe_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
     decoding, behind a context of random tokens, on sequence 0 alone and (up to BRANCH_MAX_N
     tokens) as two branches on sequences 0 and 1.
 
-    `llm` is a plookup.Llama (its context has the second sequence). Leaves it reset.
+    `llm` is a plookup.Llama. Leaves it reset. The two-branch checks need the branch's sequence in
+    the cache the first one is in: a context with a KV stream per sequence (several slots) has no
+    such sequence, and llama.cpp refuses a row on two streams, so there only single drafts are probed.
     """
+    branches = _unified(llm)
     limit = context_limit(llm)
     max_n = max(2, min(max_n, llm.n_batch, limit // 2))
     n_context = max(0, min(CONTEXT_TOKENS, limit - 2 * max_n))
@@ -223,7 +226,7 @@ def probe_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
         equal, delta = _compare([_logits(llm, r) for r in range(n)], single[:n])
         result.checks.append(RowCheck(n, False, equal, n, delta))
         llm._ctx.kv_cache_seq_rm(-1, n_context, -1)
-        if FORK_AT + 3 <= n <= BRANCH_MAX_N:  # pending, the shared token, and one token on each branch
+        if branches and FORK_AT + 3 <= n <= BRANCH_MAX_N:  # pending, the shared token, and one token on each branch
             on_draft = (n - FORK_AT - 1 + 1) // 2
             on_branch = n - FORK_AT - 1 - on_draft
             draft = path[1 : FORK_AT + 1 + on_draft]
@@ -338,6 +341,11 @@ def slots_exact(checks: list[SlotCheck], layout: str) -> bool:
     return bool(mine) and all(c.equal == c.rows for c in mine)
 
 
+def _unified(llm) -> bool:
+    """Whether `llm`'s sequences share one KV cache (else each has a stream of its own)."""
+    return bool(llm.context_params.kv_unified)
+
+
 def _probe_path(llm, max_n: int, kind: str):
     tiled = "tiled" if tiled_from_environment() else "untiled"
     return cache_dir() / "invariance" / f"{curve_key(llm, max_n)}-{tiled}{kind}.json"
@@ -358,7 +366,8 @@ def cached_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
     """:func:`probe_invariance` for `llm` up to max_n rows, from the cache or measured now (seconds
     for a small model; leaves `llm` reset). Keyed like the cost curve, plus the tiled switch."""
     return measured_once(
-        _probe_path(llm, max_n, ""), "invariance",
+        # keyed by the layout too: rows in a stream of their own may round otherwise
+        _probe_path(llm, max_n, "" if _unified(llm) else "-streams"), "invariance",
         parse=lambda data: Invariance([RowCheck(**c) for c in data["checks"]]),
         measure=lambda: probe_invariance(llm, max_n),
         serialize=lambda result: {"model": llm.model_path, "checks": [asdict(c) for c in result.checks]},
