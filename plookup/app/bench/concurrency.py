@@ -154,7 +154,8 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
 
     kinds = parse_kinds(args.kinds)
     record = dict(levels=levels, max_tokens=args.max_tokens, cells=[])
-    header = ["c", "workload", "system", "tok/s", "decode tok/s", "decode x plain batched", "bound",
+    header = ["c", "workload", "system", "tok/s", "decode tok/s", "decode x plain batched",
+              "wall x plain batched, mean ± sd of repeats", "bound",
               "TTFT p50/p95 s", "ITL p50/p95 ms", "passes/tok"]  # fmt: skip
     rows = []
     for clients in levels:
@@ -177,6 +178,12 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
         local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
         systems = {s: None for s in local} | {s.name: s for s in servers}
         try:
+            # One short untimed run of every system first: the first decodes of a fresh context
+            # (graph allocation, kernels loaded) and a fresh llama-server ran up to 40% slower.
+            first = next(iter(sets.values()))
+            for system, remote in systems.items():
+                request = remote.stream if remote else functools.partial(timed_request, llm)
+                run_cell(request, (first.prompts * clients)[:clients], clients, 8, first.temperature, True)
             for kind, requests in sets.items():
                 prompts, temperature, through_eog = requests.prompts, requests.temperature, requests.through_eog
                 max_tokens = requests.max_tokens or args.max_tokens
@@ -184,8 +191,11 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
                 wanted = max(clients * args.rounds, len(prompts))
                 prompts = (prompts * wanted)[:wanted]
                 cells = {s: [] for s in systems}
-                for _ in range(args.repeats or 1):
-                    for system, remote in systems.items():  # side by side: the systems take turns
+                for repeat in range(args.repeats or 1):
+                    # Side by side: the systems take turns, in reverse order every other repeat, so
+                    # that a drift of the machine's speed favours none of them.
+                    order = list(systems.items())
+                    for system, remote in order[::-1] if repeat % 2 else order:
                         if remote is None:
                             llm.drafter.max_draft = local[system]
                             llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
@@ -219,19 +229,23 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
 
 
 def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, cells: dict) -> None:
-    """The table's rows and the record's cells of one level and workload: each system's best run."""
+    """The table's rows and the record's cells of one level and workload: each system's best run,
+    and its wall throughput over plain batched's run by run (the mean and spread of the repeats'
+    ratios: the systems ran side by side, so each ratio shares the machine's state of its repeat)."""
     best = {s: max(cs, key=lambda c: c["decode_tokens_per_second"]) for s, cs in cells.items()}
     for system in cells:
         cell = best[system]
         ratio = cell["decode_tokens_per_second"] / best["plain batched"]["decode_tokens_per_second"]
+        paired = [c["tokens_per_second"] / p["tokens_per_second"] for c, p in zip(cells[system], cells["plain batched"])]
         rows.append([str(clients), kind, system, f"{cell['tokens_per_second']:.1f}",
                      f"{cell['decode_tokens_per_second']:.1f}", f"{ratio:.2f}",
+                     f"{np.mean(paired):.3f} ± {np.std(paired, ddof=1) if len(paired) > 1 else 0:.3f}",
                      f"{bound:.2f}" if system == "plookup" else "",
                      f"{cell['ttft_p50']:.2f}/{cell['ttft_p95']:.2f}",
                      f"{1e3 * cell['itl_p50']:.0f}/{1e3 * cell['itl_p95']:.0f}",
                      "-" if cell["passes_per_token"] is None else f"{cell['passes_per_token']:.2f}"])  # fmt: skip
         record["cells"].append(dict(concurrency=clients, workload=kind, system=system, bound=bound,
-                                    runs=cells[system], best=cell))  # fmt: skip
+                                    runs=cells[system], best=cell, wall_x_plain=paired))  # fmt: skip
 
 
 def plot(path: str, record: dict) -> None:
