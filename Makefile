@@ -65,8 +65,8 @@ test-slow: install
 # wherever the probe finds verify batches exact (CI runs this leg after `make test`, which has run
 # the tests that hold in any build).
 test-exact: install
-	$(PY) -m pytest -q --durations=10 tests/test_exact.py tests/test_doctor.py tests/test_claims.py \
-		tests/test_logprobs.py tests/test_sampling.py::test_same_seed_same_text -k "not nothing_is_drafted and not prefill_makes_plain"
+	$(PY) -m pytest -q --durations=10 tests/model/test_exact.py tests/unit/test_doctor.py tests/model/test_claims.py \
+		tests/model/test_logprobs.py tests/model/test_sampling.py::test_same_seed_same_text -k "not nothing_is_drafted and not prefill_makes_plain"
 
 # aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
 # from PyPI, once). AIDER_ARGS e.g. "--memory" or "-m qwen-coder-0.5b --formats whole --json out.json".

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import llama_cpp
 import pytest
@@ -20,8 +21,15 @@ import plookup
 from plookup.app.models import resolve_model
 from plookup.draft.policy import CPU_COST_CURVE
 
-# Every test's time budget (tests/budgets.py): pytest finds hooks by name in a conftest.
-from budgets import (  # noqa: F401
+# The kinds of test, a folder each: unit (no model, seconds), model (real models, in process),
+# server (`plookup serve` in a process of its own, aider). A module of one folder stays importable
+# by name from another, and from a file dropped at tests/ itself (`from test_prediction import
+# ...` as the flat layout allowed); what tests share belongs in tests/support.
+KINDS = ("unit", "model", "server")
+sys.path += [str(Path(__file__).parent / kind) for kind in KINDS]
+
+# Every test's time budget (tests/support/budgets.py): pytest finds hooks by name in a conftest.
+from support.budgets import (  # noqa: F401
     pytest_collection_modifyitems,
     pytest_configure,
     pytest_runtest_logreport,

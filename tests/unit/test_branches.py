@@ -15,7 +15,7 @@ from plookup.draft.policy import CPU_COST_CURVE, DraftPolicy
 from plookup.index.suffix import SuffixIndex
 
 from conftest import kv_positions
-from reference_index import _ends_of, suffix_continuation, suffix_match
+from support.reference_index import _ends_of, suffix_continuation, suffix_match
 
 
 def reference_alternative(history, branch_point, max_len):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"plookup": ROOT / "plookup"}
 STAGES = ("native", "index", "draft", "verify", "engine", "measure", "api", "app")
 BASE = {"plookup.files"}  # below every stage

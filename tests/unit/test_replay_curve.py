@@ -10,7 +10,7 @@ import pytest
 
 from plookup.app.bench.command import given_cost_curve
 
-H200 = Path(__file__).resolve().parent.parent / "docs" / "cost-curve-h200-smollm2-q4_1.json"
+H200 = Path(__file__).resolve().parents[2] / "docs" / "cost-curve-h200-smollm2-q4_1.json"
 
 
 def test_flat_and_files_of_every_kind(tmp_path):

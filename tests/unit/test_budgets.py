@@ -1,4 +1,4 @@
-"""The time budgets (tests/budgets.py) on a suite of their own: an overrun is listed, and fails the
+"""The time budgets (tests/support/budgets.py) on a suite of their own: an overrun is listed, and fails the
 run only when strict; a test within its budget is not listed (the control)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 import sys
 
-TESTS = pathlib.Path(__file__).parent
+TESTS = pathlib.Path(__file__).parents[1]
 
 SUITE = '''
 import time
@@ -27,7 +27,7 @@ def test_quick():
 def run_suite(tmp_path, strict: bool) -> tuple[int, str]:
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n"
-        "from budgets import pytest_collection_modifyitems, pytest_configure, pytest_runtest_logreport, "
+        "from support.budgets import pytest_collection_modifyitems, pytest_configure, pytest_runtest_logreport, "
         "pytest_sessionfinish, pytest_terminal_summary\n"
     )
     (tmp_path / "test_suite.py").write_text(SUITE)

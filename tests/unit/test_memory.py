@@ -15,7 +15,7 @@ from plookup.index.memory import KEEP_FRACTION, SEP, GlobalMemory
 from plookup.index.suffix import SuffixIndex
 from plookup.native.suffix_automaton import WALK_CAP
 
-import reference_index as ref
+from support import reference_index as ref
 
 # Texts <= WALK_CAP tokens keep COUNT/RECENT exact (see test_kernels.py).
 MAX_TEXT = 256

@@ -434,7 +434,7 @@ def test_drafter_fuzz(kind, steps):
 @pytest.mark.slow
 def test_property_tests_under_boundscheck(tmp_path):
     """The hypothesis tests of the kernels and drafters, recompiled with bounds checks."""
-    tests = Path(__file__).parent
+    tests = Path(__file__).parents[1]
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
     probe = (
         "import numpy as np; from plookup.native import suffix_automaton as sam; "
@@ -445,7 +445,7 @@ def test_property_tests_under_boundscheck(tmp_path):
     result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     assert result.returncode != 0 and "IndexError" in result.stderr, result.stderr[-2000:]
     selection = "brute_force or reset_and_growth or drafter_fuzz or kernel_matches"
-    args = [str(tests / name) for name in ("test_kernels.py", "test_policy.py", "test_memory.py")]
+    args = [str(tests / "unit" / name) for name in ("test_kernels.py", "test_policy.py", "test_memory.py")]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", selection,
          *args, __file__],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "aider_edit.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "aider_edit.py"
 MODEL = "qwen-coder-1.5b"  # 0.5B copies aider's format example instead of editing the file
 AIDER_UNAVAILABLE = 75  # aider_edit.py's exit status when aider-chat cannot be installed
 INSTALL_SECONDS = 1200

@@ -16,7 +16,7 @@ from plookup.index.ngram import NgramIndex
 from plookup.index.suffix import SuffixIndex
 from plookup.native.suffix_automaton import WALK_CAP
 
-import reference_index as ref
+from support import reference_index as ref
 
 # Histories stay <= MAX_HISTORY <= WALK_CAP tokens: a suffix-link path never has more
 # non-root states than the history has tokens, so COUNT/RECENT are exact and the
