@@ -30,12 +30,29 @@ sys.path += [str(Path(__file__).parent / kind) for kind in KINDS]
 
 # Every test's time budget (tests/support/budgets.py): pytest finds hooks by name in a conftest.
 from support.budgets import (  # noqa: F401
+    kind_of,
+    pytest_addoption,
     pytest_collection_modifyitems,
     pytest_configure,
     pytest_runtest_logreport,
     pytest_sessionfinish,
     pytest_terminal_summary,
 )
+
+
+
+def _refuse_model(*args, **kwargs):
+    raise AssertionError("a unit test loaded a model: it belongs in tests/model")
+
+
+@pytest.fixture(autouse=True)
+def _no_model_in_unit_tests(request, monkeypatch):
+    """A unit test runs without a model: loading one fails it (in this process; a model loaded by
+    a subprocess shows in the unit folder's time budget instead)."""
+    if kind_of(request.path) == "unit":
+        for module in (llama_cpp, llama_cpp.llama_cpp):
+            monkeypatch.setattr(module, "llama_model_load_from_file", _refuse_model)
+
 
 BUNDLED = ("smollm2", "gemma3")
 CODER = "qwen-coder-0.5b"

@@ -133,15 +133,3 @@ def test_calls_the_backend_cannot_sample_stay_on_the_host(smol):
         assert generate(smol, prompt, n=24, repeat_penalty=1.0) == reference
     finally:
         smol.backend_sampling = False
-
-
-def test_the_command_line_option_reaches_plookup_only():
-    import argparse
-
-    from plookup.app.options import add_model_options, llama_cpp_kwargs, model_kwargs
-
-    parser = argparse.ArgumentParser()
-    add_model_options(parser)
-    kwargs = model_kwargs(parser.parse_args(["--backend-sampling", "on"]))
-    assert kwargs["backend_sampling"] is True and "backend_sampling" not in llama_cpp_kwargs(kwargs)
-    assert "backend_sampling" not in model_kwargs(parser.parse_args([]))  # the doctor's choice, else off

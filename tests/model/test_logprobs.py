@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from plookup.api.logprobs import Listing
 from plookup.app.serve.app import create_app
 from plookup.measure.exactness import llamafile_in_build
 from plookup.verify.accept import accept
-from plookup.verify.logprobs import Logprobs, TokenLogprob, token_logprob
+from plookup.verify.logprobs import token_logprob
 
 from conftest import LLAMA_KWARGS
 
@@ -56,30 +55,6 @@ def test_a_rows_top_tokens_in_llama_cpps_order():
         got = token_logprob(logits, 7, n)
         assert got.logprob == values[7]
         assert got.top == tuple((i, v) for v, i in llama_cpps[:n])
-
-
-class Pieces:
-    """A tokenizer of four tokens: "a", the two bytes of "é", "b" (no BOS)."""
-
-    PIECES = [b"a", b"\xc3", b"\xa9", b"b"]
-
-    def detokenize(self, tokens, prev_tokens=None):
-        return b"".join(self.PIECES[t] for t in tokens)
-
-    def token_bos(self):
-        return -1
-
-
-def test_a_streamed_chunk_lists_the_tokens_that_begin_in_it():
-    """llama_cpp's stream sends a character split over tokens as one chunk: its chunk lists both
-    tokens, at llama_cpp's offsets (a partial character counts for nothing)."""
-    values = Logprobs(1, [TokenLogprob(t, -0.5 * t, ((t, -0.5 * t),)) for t in range(4)])
-    listing = Listing(Pieces(), "prompt", values)
-    chunks = [listing.after(text) for text in ("a", "é", "b")]
-    assert [c["tokens"] for c in chunks] == [["a"], ["", ""], ["b"]]
-    assert [c["text_offset"] for c in chunks] == [[6], [7, 7], [8]]
-    assert [c["token_logprobs"] for c in chunks] == [[0.0], [-0.5, -1.0], [-1.5]]
-    assert Listing(Pieces(), "prompt", values).whole(3)["tokens"] == ["a", "", ""]
 
 
 def off_by_one(draft, sample, stop=None, branch=None):

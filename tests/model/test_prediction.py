@@ -4,46 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from plookup.api.prediction import prediction_text, prediction_usage
-
-# Plain greedy decoding of both prompts has no near-tie (top-2 logit gap < 0.3) over the tokens
-# generated here on SmolLM2 (checked with plookup.plain.greedy_with_gaps), so the text with and
-# without a prediction must be identical.
-COUNT_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
-COUNT_TEXT = " 13, 14, 15, 16, 17,"  # its first 20 tokens
-COUNT_PREDICTION = {"type": "content", "content": " 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23"}  # 43 tokens
-FOX = [{"role": "user", "content": "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog near the river bank."}]
-FOX_TEXT = "The quick brown fox jumps over the lazy dog."
-FOX_PREDICTION = {
-    "type": "content",
-    "content": [{"type": "text", "text": "The quick brown fox "}, {"type": "text", "text": "jumps over the lazy cat."}],
-}
+from support.prompts import COUNT_PREDICTION, COUNT_PROMPT, COUNT_TEXT, FOX, FOX_PREDICTION, FOX_TEXT
 
 
 def count(llm, **kwargs):
     return llm.create_completion(COUNT_PROMPT, max_tokens=20, temperature=0.0, **kwargs)
-
-
-def test_prediction_text_forms():
-    assert prediction_text("abc") == "abc"
-    assert prediction_text({"type": "content", "content": "abc"}) == "abc"
-    assert prediction_text(FOX_PREDICTION) == "The quick brown fox jumps over the lazy cat."
-
-
-@pytest.mark.parametrize(
-    "bad", [{"type": "text", "content": "x"}, {"type": "content"}, {"type": "content", "content": [{"text": "x"}]}, 3]
-)
-def test_prediction_text_rejects_other_shapes(bad):
-    with pytest.raises(ValueError, match="prediction"):
-        prediction_text(bad)
-
-
-def test_prediction_usage_counts_tokens_in_order():
-    assert prediction_usage([1, 2, 3, 4, 5], [1, 2, 9, 4, 5, 6]) == {
-        "accepted_prediction_tokens": 4, "rejected_prediction_tokens": 1,
-    }  # fmt: skip
-    assert prediction_usage([7, 8], [8, 7]) == {"accepted_prediction_tokens": 1, "rejected_prediction_tokens": 1}
-    assert prediction_usage([], [1]) == {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
 
 
 def test_completion_with_prediction_is_the_same_text_in_fewer_passes(smol):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +21,7 @@ from plookup.app.serve.app import create_app
 from plookup.app.serve.limits import Limits
 
 from conftest import STEPS_AFTER_HANG_UP, serving, steps_after_hang_up
-from test_prediction import COUNT_PROMPT, COUNT_TEXT
+from support.prompts import COUNT_PROMPT, COUNT_TEXT
 
 MODEL = "smol"
 LIMITS = Limits(max_body_bytes=16_384, max_prediction_tokens=64, max_queue=1)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from conftest import STEPS_AFTER_HANG_UP, serving, steps_after_hang_up
-from test_prediction import COUNT_PREDICTION, COUNT_PROMPT, COUNT_TEXT, FOX, FOX_PREDICTION, FOX_TEXT
+from support.prompts import COUNT_PREDICTION, COUNT_PROMPT, COUNT_TEXT, FOX, FOX_PREDICTION, FOX_TEXT
 
 MODEL = "smol"
 GREEDY = dict(model=MODEL, temperature=0.0)

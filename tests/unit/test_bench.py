@@ -1,12 +1,10 @@
-"""`plookup bench`: its arithmetic with fakes, then one tiny run on the real model."""
+"""`plookup bench`: its arithmetic with fakes (the tiny runs on the real model:
+tests/model/test_bench_real_model.py)."""
 
 from __future__ import annotations
 
-import functools
 import json
-import struct
 
-import matplotlib.figure
 import numpy as np
 import pytest
 
@@ -22,7 +20,6 @@ from plookup.app.bench.measure import (
     summarize,
     system_overview,
 )
-from plookup.app.bench.plain import NEAR_TIE
 from plookup.app.bench.replay import (
     accepted_length,
     best_lengths,
@@ -35,10 +32,11 @@ from plookup.app.bench.replay import (
 )
 from plookup.app.bench.report import overview_table
 from plookup.app.bench.workloads import bench_workloads, whole_file_workloads
-from plookup.draft.drafters import make_drafter
 from plookup.draft.values import Branch, Candidate
 from plookup.measure.costs import oracle_speedup
 from plookup.native.draft_length import batch_cost
+
+from support.oracle import brute_force_least_cost
 
 
 def record(tokens, total_s, ttft_s=0.1, drafted=(0,), accepted=(0,), passes=None, rss=100.0):
@@ -300,31 +298,6 @@ class PolicyOfWholeCandidates(CandidatesByPosition):
         return candidate.draft(len(candidate.tokens))
 
 
-def brute_force_least_cost(candidates, output, cost):
-    """The oracle's definition, searched exhaustively: every d <= accepted, every padding."""
-
-    @functools.cache
-    def least(pos):
-        if pos >= len(output):
-            return 0.0
-        tokens = candidates.get(pos, [])
-        a = accepted_length(tokens, output[pos:])
-        return min(min(step_cost(k, cost) for k in range(d, max(d, len(tokens)) + 1)) + least(pos + d + 1)
-                   for d in range(a + 1))
-
-    return least(0)
-
-
-def candidates_by_position(drafter, prompt, output) -> dict[int, list[int]]:
-    """The unsized candidate a drafter offers at each position of a recorded output."""
-    drafter.sync(np.asarray(prompt, dtype=np.int32))
-    found = {}
-    for pos in range(len(output)):
-        found[pos] = drafter.candidate().tokens.tolist()
-        drafter.extend(output[pos : pos + 1])
-    return found
-
-
 def test_the_oracle_finds_the_cheapest_draft_lengths():
     output = [4, 5, 6, 7, 8]
     candidates = {0: [4, 5, 9], 1: [5, 6, 7], 3: [0], 4: [8, 1]}
@@ -425,83 +398,6 @@ def test_bench_requires_the_plain_baseline(capsys):
 
 
 # -- the real model, tiny
-
-
-def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
-    workloads = tmp_path / "w.jsonl"
-    lines = [
-        {"name": "count", "kind": "copy", "messages": [{"role": "user", "content": "Repeat exactly: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"}]},
-        {"name": "ask", "kind": "free", "messages": [{"role": "user", "content": "What is a list?"}]},
-    ]  # fmt: skip
-    workloads.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
-    argv = ["bench", "--workload", str(workloads), "--repeats", "1", "--max-tokens", "24", "--threads", "2",
-            "--n-ctx", "1024", "--max-draft", "6", "--json", str(out_json), "--plot", str(out_png)]  # fmt: skip
-    figures = []
-    savefig = matplotlib.figure.Figure.savefig
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), savefig(fig, *a, **k)))
-    assert cli.main(argv) == 0
-    table = capsys.readouterr().out
-    assert "oracle ceiling" in table and "plookup-suffix" in table
-    result = json.loads(out_json.read_text())
-    assert list(result["phases"]) == ["standard"]  # a workload file: no whole-file phase
-    phase = result["phases"]["standard"]
-    assert len(result["cost_curve"]) == 7 and result["cost_curve"][0] == 1.0 and phase["cost_curve"] == result["cost_curve"]
-    cost = np.array(result["cost_curve"])
-    rates = np.arange(1, 8) / cost  # tokens per decode of an always-right drafter verifying n a step
-    assert phase["oracle"] == {"best_n": int(np.argmax(rates)) + 1, "speedup": pytest.approx(rates.max())}
-    assert "sized by an oracle" in table and set(phase["replay_bounds"]) == {"suffix", "ngram"}
-    (copy,) = [w for w in result["workloads"] if w["kind"] == "copy"]  # the bounds are over copy workloads
-    prompt, output = copy["prompt_tokens"], copy["reference_tokens"]
-    for drafter_name, bound in phase["replay_bounds"].items():
-        make = lambda: make_drafter(drafter_name, 6, cost_curve=cost)  # noqa: E731
-        candidates = candidates_by_position(make(), prompt, output)
-        # The oracle's lengths cost what an exhaustive search over the same candidates finds...
-        assert bound["oracle_length"] == pytest.approx(len(output) / brute_force_least_cost(candidates, output, cost))
-        # ...which the policy's own drafts, replayed, do not beat; on a copy they pay for themselves.
-        _, lengths = replay(make(), prompt, output)
-        assert bound["modelled"] == pytest.approx(modelled_speedup(lengths, len(output), cost))
-        assert 1.0 < bound["modelled"] <= bound["oracle_length"] + 1e-9, (drafter_name, bound)
-    assert set(result["summary"]) == {"plain", "pld", "plookup-suffix", "plookup-ngram"}
-    for system, per_workload in result["summary"].items():
-        for name, s in per_workload.items():
-            assert 0 < s["generated"] <= 24 and s["peak_rss_mib"] > 0
-            # Batched verification may flip a near-tie; anything else would be a bug.
-            assert s["identical"] or s["divergence"]["gap"] < NEAR_TIE["smollm2"], (system, name, s["divergence"])
-    # The plot: a bar per system and workload at its decode speedup, the ceiling's line, 15 x 5.5 in at 110 dpi.
-    (figure,) = figures
-    bars = figure.axes[0]
-    systems, names = ["pld", "plookup-suffix", "plookup-ngram"], ["count", "ask"]
-    expected = [speedup(result["summary"], system, name, "decode_tps") for system in systems for name in names]
-    assert [bar.get_height() for bar in bars.patches] == pytest.approx(expected)
-    assert [line.get_ydata()[0] for line in bars.lines] == pytest.approx([1.0, phase["oracle"]["speedup"]])
-    png = out_png.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1650, 605)
-    # The recorded outputs replay without the model.
-    assert cli.main(["bench", "--replay", str(out_json)]) == 0
-    assert "modelled x" in capsys.readouterr().out
-
-
-def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys):
-    # A memory written by `plookup generate --memory`, holding one answer to the workload's question.
-    memory = tmp_path / "memory.npz"
-    question = "What is a list?"
-    assert cli.main(["generate", "-p", question, "--chat", "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024",
-                     "--memory", str(memory)]) == 0  # fmt: skip
-    saved = memory.read_bytes()
-    workloads = tmp_path / "w.jsonl"
-    workloads.write_text(json.dumps({"name": "ask", "kind": "free", "messages": [{"role": "user", "content": question}]}) + "\n")
-    out_json = tmp_path / "b.json"
-    argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix", "--repeats", "2",
-            "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024", "--memory", str(memory), "--json", str(out_json)]  # fmt: skip
-    assert cli.main(argv) == 0
-    assert "plookup-memory" in capsys.readouterr().out
-    summary = json.loads(out_json.read_text())["summary"]
-    assert set(summary) == {"plain", "plookup-suffix", "plookup-memory"}
-    with_memory, without = summary["plookup-memory"]["ask"], summary["plookup-suffix"]["ask"]
-    assert with_memory["accepted_from_memory"] > 0 and without["accepted_from_memory"] == 0
-    assert with_memory["accepted"] > without["accepted"]
-    assert memory.read_bytes() == saved  # read only: the bench's own requests are not added
 
 
 def test_memory_system_needs_its_file(tmp_path, capsys):

@@ -27,7 +27,8 @@ def test_quick():
 def run_suite(tmp_path, strict: bool) -> tuple[int, str]:
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n"
-        "from support.budgets import pytest_collection_modifyitems, pytest_configure, pytest_runtest_logreport, "
+        "from support.budgets import pytest_addoption, pytest_collection_modifyitems, pytest_configure, "
+        "pytest_runtest_logreport, "
         "pytest_sessionfinish, pytest_terminal_summary\n"
     )
     (tmp_path / "test_suite.py").write_text(SUITE)
@@ -44,3 +45,12 @@ def test_an_overrun_is_listed_and_fails_only_when_strict(tmp_path):
     assert len(listed) == 1 and "test_slow" in listed[0]  # test_quick, within its budget, is not
     code, out = run_suite(tmp_path, strict=True)
     assert code == 1 and "2 passed" in out
+
+
+def test_a_tests_kind_and_default_budget_come_from_its_folder():
+    from support.budgets import DEFAULT_BUDGET_S, kind_of, misplaced
+
+    assert [kind_of(TESTS / kind / "test_x.py") for kind in ("unit", "model", "server")] == ["unit", "model", "server"]
+    assert kind_of(TESTS / "test_x.py") == "model" and misplaced(TESTS / "test_x.py")  # a file left at tests/
+    assert not misplaced(TESTS / "unit" / "test_x.py")
+    assert DEFAULT_BUDGET_S["unit"] < DEFAULT_BUDGET_S["model"]

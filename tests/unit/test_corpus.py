@@ -17,6 +17,8 @@ from plookup.index.corpus import CorpusIndex, build_corpus
 from plookup.index.corpus_files import collect, parse_gitignore
 from plookup.native import suffix_array as kernels
 
+from support.trees import tree  # noqa: F401 (a fixture)
+
 SEP = kernels.SEP
 PROPERTY = settings(max_examples=300, deadline=None)
 
@@ -248,24 +250,6 @@ def test_gitignore_rules_agree_with_git(tmp_path):
         assert set(tree) - set(checked) == kept - {".gitignore"}
 
 
-@pytest.fixture
-def tree(tmp_path):
-    root = tmp_path / "project"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "code.py").write_text("def add(a, b):\n    return a + b\n")
-    (root / "pkg" / "latin.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
-    (root / "pkg" / "broken.txt").write_bytes(b"ok \xff\xfe bytes\n")
-    (root / "pkg" / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0" + bytes(range(256)))
-    (root / "pkg" / "big.txt").write_text("x" * 5000)
-    (root / "pkg" / "empty.txt").write_text("")
-    (root / "pkg" / "copy.py").write_text("def add(a, b):\n    return a + b\n")
-    (root / "secret.env").write_text("TOKEN=1\n")
-    (root / ".gitignore").write_text("*.env\n")
-    (root / ".git").mkdir()
-    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    return root
-
-
 class FakeTokenizer:
     """llama_cpp.Llama's tokenize and vocabulary, over UTF-8 bytes (ids 0-255)."""
 
@@ -307,26 +291,6 @@ def test_named_files_and_globs(tree):
         build_corpus([str(tree / "*.nothing")], FakeTokenizer())
     with pytest.raises(FileNotFoundError, match="no such file"):
         build_corpus([tree / "missing.py"], FakeTokenizer())
-
-
-def test_build_with_a_real_tokenizer_and_refuse_another_vocabulary(tree, tmp_path, model_path):
-    index, _ = build_corpus([tree / "pkg"], model_path["smollm2"])
-    path = tmp_path / "smol.plc"
-    index.save(path)
-    import llama_cpp
-
-    from plookup.index.memory import vocabulary_id
-
-    smol = llama_cpp.Llama(model_path["smollm2"], vocab_only=True, verbose=False)
-    tokens = smol.tokenize(b"def add(a, b):\n    return", add_bos=False, special=False)
-    loaded = CorpusIndex.load(path, vocabulary=vocabulary_id(smol))
-    match = loaded.lookup(tokens, 8)
-    assert match.length == len(tokens)
-    assert smol.detokenize(match.tokens.tolist()).startswith(b" a + b")
-    gemma = llama_cpp.Llama(model_path["gemma3"], vocab_only=True, verbose=False)
-    with pytest.raises(ValueError, match="another model's vocabulary"):
-        CorpusIndex.load(path, vocabulary=vocabulary_id(gemma))
-    assert gemma.tokenize(b"still usable", add_bos=False, special=False)
 
 
 def test_cli_build(tree, tmp_path, capsys):

@@ -1,35 +1,16 @@
 """`plookup doctor`: the advice is a function of the measured figures (tested with given curves and
-verdicts, not timings), its report reaches plookup.Llama's settings, and the command runs."""
+verdicts, not timings). Its report reaching plookup.Llama's settings, and the whole command:
+tests/model/test_doctor_on_models.py."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
-
-import pytest
-
-import plookup
 from plookup.app import doctor
 from plookup.measure.exactness import (
-    Settings,
     advise,
     exact_setting,
-    recommended_backend_sampling,
-    recommended_settings,
-    save_report,
 )
 
-from conftest import LLAMA_KWARGS
-
-
-def config(invariant: bool, ceiling: float, prompt=230.0, decode=95.0, best_n=12, **settings) -> dict:
-    rows = dict(single_rows=(135, 135) if invariant else (15, 135), branch_rows=(13, 130), max_delta=0.6)
-    return dict(settings=asdict(Settings(**settings)), invariant=invariant, ceiling=ceiling, best_n=best_n,
-                prompt_tps=prompt, decode_tps=decode, summary="single 15/135 rows, two-branch 13/130", **rows)  # fmt: skip
-
-
-def report(*configs, llamafile=True, **extra) -> dict:
-    return dict(llamafile=llamafile, configs=list(configs), **extra)
+from support.doctor_reports import config, measured_backend, report
 
 
 def test_exact_with_the_defaults():
@@ -88,24 +69,6 @@ def test_the_report_reads_as_a_table_then_advice():
     assert "  requantized to q8_0: ceiling 2.71x" in lines and lines[-2:] == ["- line one", "- line two"]
 
 
-def test_a_cached_report_sets_plookups_runtime_settings(model_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
-    path = model_path["smollm2"]
-    assert recommended_settings(path) is None
-    save_report(path, report(config(False, 2.2), config(True, 1.9, repack=False)))
-    assert recommended_settings(path) == Settings(repack=False)
-    llm = plookup.Llama(path, cost_curve=None, **LLAMA_KWARGS)
-    assert llm.model_params.use_extra_bufts is False  # loaded as the doctor said
-    assert plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS).model_params.use_extra_bufts
-    assert plookup.Llama(path, cost_curve=None, use_extra_bufts=True, **LLAMA_KWARGS).model_params.use_extra_bufts
-
-
-def measured_backend(pays: bool, host=(0.50, 1.00), backend=(0.49, 0.90)) -> dict:
-    """A config's backend_sampling: wall ms per token, no draft and drafting."""
-    cases = lambda ms: {"no draft": {"ms_per_token": ms[0]}, "drafting": {"ms_per_token": ms[1]}}  # noqa: E731
-    return dict(host=cases(host), backend=cases(backend), pays=pays)
-
-
 def test_backend_sampling_advice_reads_the_loaded_settings_measurement():
     lines = advise(report(dict(config(True, 2.7), backend_sampling=measured_backend(True))))
     assert lines[-1] == ("greedy rows are sampled on the backend here (1.50 -> 1.39 ms per token, no draft and "
@@ -142,40 +105,3 @@ def test_backend_sampling_is_judged_on_each_way_s_fastest_round(monkeypatch):
     for backend, pays in ((0.97, False), (0.94, True)):  # the backend 3% and 6% faster
         walls = iter([(10.0, 5.0), (10.0 * backend, 5.0 * backend)])
         assert doctor.measure_backend_sampling(model, rounds=1)["pays"] is pays
-
-
-def test_a_cached_report_chooses_backend_sampling(model_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
-    path = model_path["smollm2"]
-    assert not recommended_backend_sampling(path, None)  # no report: off
-    save_report(path, report(dict(config(False, 2.2), backend_sampling=measured_backend(True)),
-                             dict(config(False, 1.9, repack=False), backend_sampling=measured_backend(False))))  # fmt: skip
-    assert recommended_backend_sampling(path, None) and not recommended_backend_sampling(path, Settings(repack=False))
-    assert plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS).backend_sampling is True
-    assert plookup.Llama(path, cost_curve=None, exactness=None, backend_sampling=False, **LLAMA_KWARGS).backend_sampling is False
-
-
-def test_tensor_types_and_file_type(model_path):
-    types = doctor.tensor_types(model_path["smollm2"])
-    assert types == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
-    assert doctor.file_type(types) == "Q4_1"
-
-
-@pytest.mark.slow
-@pytest.mark.budget(300)
-def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
-    """The whole command: every setting measured in a process of its own, a report, advice."""
-    from plookup.app import cli
-
-    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
-    out = tmp_path / "doctor.json"
-    assert cli.main(["doctor", "--threads", "2", "--n-ctx", "1024", "--json", str(out)]) == 0
-    saved = json.loads(out.read_text())
-    assert [Settings(**c["settings"]) for c in saved["configs"]][0] == Settings()
-    assert len(saved["configs"]) == 5 and all(len(c["cost"]) == 16 for c in saved["configs"])
-    assert saved["advice"] and "advice:" in capsys.readouterr().out
-    assert all(set(c["backend_sampling"]) == {"host", "backend", "pays"} for c in saved["configs"])
-    assert any(line.startswith("greedy rows ") for line in saved["advice"])
-    assert recommended_settings(saved["model"]) == (
-        Settings(**exact_setting(saved["configs"])["settings"]) if exact_setting(saved["configs"]) else None
-    )

@@ -2,20 +2,17 @@
 
 A plain-Python reference of llama.cpp's penalties sampler and greedy sampler (llama-sampler.cpp:
 a candidate array of the whole vocabulary, the repeat penalty on the window's tokens, the first
-largest logit) against GreedyRows on rows with ties and negative logits; then on every test model,
-generations with rows read as an argmax against the same model sampling with llama.cpp's chain:
-the same batches, so the same tokens, bit for bit, in any build. Controls: a wrong argmax and a
-penalty left out are told apart from the chain.
+largest logit) against GreedyRows on rows with ties and negative logits (on every test model:
+tests/model/test_greedy_rows_models.py). Controls: a wrong argmax and a penalty left out are told
+apart from the chain.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plookup.app.bench.plain import chat_prompt_tokens
 from plookup.verify.greedy import GreedyRows, greedy_rows
 
 
@@ -116,31 +113,3 @@ def test_only_plain_greedy_chains_are_read_as_an_argmax():
     for change in (dict(temp=0.7), dict(temp=-1.0), dict(grammar=object()), dict(frequency_penalty=0.1),
                    dict(presence_penalty=0.2)):  # fmt: skip
         assert greedy_rows(10, 64, **{**base, **change}) is None
-
-
-MESSAGES = [{"role": "user", "content": "Repeat this list three times: apple, pear, plum, fig."}]
-
-
-def generate(llm, prompt, repeat_penalty: float, n: int = 48) -> list[int]:
-    tokens = []
-    for token in llm.generate(prompt, temp=0.0, repeat_penalty=repeat_penalty):
-        tokens.append(token)
-        if len(tokens) >= n:
-            break
-    return tokens
-
-
-@pytest.mark.parametrize("repeat_penalty", [1.0, 1.5])
-def test_models_give_the_chains_tokens(any_model_pair, monkeypatch, repeat_penalty):
-    """The same model, drafts and batches; rows read as an argmax or by llama.cpp's chain."""
-    name, _, llm = any_model_pair
-    prompt = chat_prompt_tokens(llm, MESSAGES)
-    fast = generate(llm, prompt, repeat_penalty)
-    assert llm.last_stats.sampler == "argmax"
-    monkeypatch.setattr("plookup.api.llama.greedy_rows", lambda *a, **k: None)
-    chain = generate(llm, prompt, repeat_penalty)
-    assert llm.last_stats.sampler == "chain"
-    assert fast == chain, name
-    if repeat_penalty != 1.0:  # control: the same rows without the penalty are another answer
-        monkeypatch.setattr("plookup.api.llama.greedy_rows", lambda n_vocab, last_n, **k: GreedyRows(n_vocab))
-        assert generate(llm, prompt, repeat_penalty) != chain, name

