@@ -16,9 +16,10 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from plookup.app.bench.plain import chat_prompt_tokens
 from plookup.verify.backend import BackendGreedy
 from plookup.verify.rows import fill, sequence_rows
+
+from support.plain import chat_prompt_tokens
 
 MESSAGES = [{"role": "user", "content": "Repeat this list three times: apple, pear, plum, fig."}]
 

@@ -7,9 +7,8 @@ import itertools
 import llama_cpp
 import numpy as np
 
-from plookup.app.bench.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
-
 from conftest import kv_positions
+from support.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
 
 # "red apple," was followed by " green pear" and " yellow banana" equally often.
 BRANCHY = "red apple, green pear, red apple, yellow banana, " * 2 + "red"

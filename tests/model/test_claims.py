@@ -22,8 +22,6 @@ from llama_cpp.llama_grammar import JSON_GBNF
 
 import plookup
 from plookup.api import prediction as prediction_module
-from plookup.app.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie
-from plookup.app.bench.workloads import standard_workloads
 from plookup.app.serve.app import create_app
 from plookup.draft.policy import PRIOR_HITS, PRIOR_WEIGHT
 from plookup.draft.values import NO_DRAFT, REQUEST, Draft, frozen_tokens
@@ -31,6 +29,8 @@ from plookup.measure.exactness import llamafile_in_build
 from plookup.verify.accept import accept
 
 from conftest import LLAMA_KWARGS, kv_positions, pair
+from support.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie, standard_workloads
+from support.prompts import COUNT_PROMPT  # no near-tie in 20 tokens
 
 EXACT_BUILD = not llamafile_in_build()
 exact_only = pytest.mark.skipif(not EXACT_BUILD, reason="plain's text itself only where the build is exact (make EXACT=1)")
@@ -341,7 +341,6 @@ def test_server_min_tokens_and_logit_bias_plain_streams_without_usage(client, pl
 # -- Stream.stats and completion_tokens_details; what is set at load
 
 
-COUNT_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"  # as test_prediction.py: no near-tie in 20 tokens
 COUNT_TEXT = " 13, 14, 15, 16, 17,"
 PARTLY_RIGHT = " 13, 14, 15, 99, 98, 16, 17, 18"  # right, wrong, right again
 

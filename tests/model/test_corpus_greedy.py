@@ -13,9 +13,9 @@ from plookup.index.corpus import CorpusIndex
 @pytest.fixture(scope="module")
 def corpus_case(smol):
     """(prompt, plain greedy output, its top-2 gaps, a corpus holding the answer) for SmolLM2."""
-    from plookup.app.bench.plain import chat_prompt_tokens, greedy_with_gaps
-    from plookup.app.bench.workloads import standard_workloads
     from plookup.index.memory import vocabulary_id
+
+    from support.plain import chat_prompt_tokens, greedy_with_gaps, standard_workloads
 
     # A code edit whose plain output's first near-tie is late (token 48, measured): the corpus holds
     # its answer, which the request's own index (the function it edits) holds only in part.
@@ -31,9 +31,9 @@ def corpus_case(smol):
 
 def test_greedy_output_with_a_corpus_is_plain_greedy_and_drafts_from_it(model_path, corpus_case, tmp_path):
     import plookup
-    from plookup.app.bench.plain import NEAR_TIE, first_near_tie
 
     from conftest import LLAMA_KWARGS
+    from support.plain import NEAR_TIE, first_near_tie
 
     prompt, reference, gaps, corpus = corpus_case
     path = tmp_path / "answers.idx"

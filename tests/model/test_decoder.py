@@ -8,9 +8,9 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.app.bench.plain import chat_prompt_tokens
 
 from conftest import LLAMA_KWARGS, kv_positions
+from support.plain import chat_prompt_tokens
 
 # Plain greedy decoding of this prompt has no near-tie (top-2 logit gap < 0.3) in its first 31
 # tokens on SmolLM2, so any difference in those is a bug, not llama.cpp's batched rounding; and

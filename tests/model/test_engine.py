@@ -12,11 +12,10 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.app.bench.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
-from plookup.app.bench.workloads import standard_workloads
 from plookup.draft.drafters import IndexDrafter
 
 from conftest import LLAMA_KWARGS
+from support.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps, standard_workloads
 from support.threads import run_concurrently
 
 # -- several generations in one batch, SmolLM2
@@ -173,7 +172,7 @@ def test_batches_from_python_and_a_hang_up(parallel_smol, references):
 def test_sampling_keeps_each_requests_distribution_with_four_at_once(parallel_smol, model_pair_smol):
     """The chi-squared test of test_sampling.py, with four requests in every step: each request's
     first tokens, sampled at temperature 1 from its own seed, against plain decoding's."""
-    from test_sampling import N_SAMPLES, N_TOKENS, PROMPT, SETTINGS, _generate_args, homogeneity_p_value, plain_counts
+    from support.sampling import N_SAMPLES, N_TOKENS, PROMPT, SETTINGS, _generate_args, homogeneity_p_value, plain_counts
 
     name, plain, _ = model_pair_smol
     llm = parallel_smol

@@ -16,19 +16,15 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.app.bench.plain import chat_prompt_tokens, first_divergence, greedy_with_gaps
-from plookup.app.bench.workloads import standard_workloads
 from plookup.app.models import quantized_path
 from plookup.measure.costs import DEFAULT_MAX_N, curve_sizes
 from plookup.measure.exactness import llamafile_in_build, probe_invariance
 
 from conftest import LLAMA_KWARGS, MODEL_KWARGS, kv_positions
-from test_sampling import EagerDrafter, assert_same_distribution
+from support.plain import PROMPTS, chat_prompt_tokens, first_divergence, greedy_with_gaps
+from support.sampling import EagerDrafter, assert_same_distribution
 
 MAX_TOKENS = 96
-WORKLOADS = standard_workloads(seed=0)
-# 14 code edits, 4 proofreading texts, 6 free-form questions (as in test_greedy.py).
-PROMPTS = WORKLOADS[:14] + WORKLOADS[14:18] + WORKLOADS[-6:]
 EXACT_BUILD = not llamafile_in_build()
 
 

@@ -7,19 +7,21 @@ import itertools
 
 import pytest
 
-from plookup.app.bench.plain import NEAR_TIE, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
-from plookup.app.bench.workloads import standard_workloads
-
 from conftest import CODER, kv_positions
+from support.plain import (
+    PROMPTS,
+    NEAR_TIE,
+    chat_prompt_tokens,
+    first_divergence,
+    first_near_tie,
+    greedy_with_gaps,
+)
 
 MAX_TOKENS = 96
 # Each prompt decodes up to its first near-tie, which ends the comparison, but at least this many
 # tokens, so that every prompt's drafts are verified, accepted and rejected over a stretch of output
 # (the cache checks below); for SmolLM2, whose near-ties come early, that halves the test's time.
 AT_LEAST = 32
-# 14 code edits, 4 proofreading texts, 6 free-form questions.
-WORKLOADS = standard_workloads(seed=0)
-PROMPTS = WORKLOADS[:14] + WORKLOADS[14:18] + WORKLOADS[-6:]
 # The code model decodes ~4x slower here: every third prompt (6 copy-heavy, 2 free-form). SmolLM2:
 # every other one (9 copy-heavy, 3 free-form); the exact leg checks all 24 to the last token.
 PROMPTS_PER_MODEL = {CODER: PROMPTS[::3], "smollm2": PROMPTS[::2]}
@@ -56,11 +58,6 @@ FIRST_NEAR_TIE = {
 def least_compared(measured: int) -> int:
     """A little below the measured first near-tie: rounding elsewhere may move a gap across it."""
     return measured - max(1, measured // 10) if measured else 0
-
-
-def test_prompt_set_is_mixed():
-    kinds = [w.kind for w in PROMPTS]
-    assert len(PROMPTS) >= 20 and kinds.count("copy") >= 14 and kinds.count("free") >= 6
 
 
 @pytest.mark.budget(180)  # Gemma 3; SmolLM2 and the code model take less

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from plookup.app.bench.plain import chat_prompt_tokens
 from plookup.verify.greedy import GreedyRows
+
+from support.plain import chat_prompt_tokens
 
 MESSAGES = [{"role": "user", "content": "Repeat this list three times: apple, pear, plum, fig."}]
 

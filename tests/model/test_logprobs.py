@@ -22,9 +22,9 @@ from plookup.verify.accept import accept
 from plookup.verify.logprobs import token_logprob
 
 from conftest import LLAMA_KWARGS
+from support.prompts import COUNT_PROMPT  # no near-tie in 20 tokens
 
 EXACT_BUILD = not llamafile_in_build()
-COUNT_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"  # as test_prediction.py: no near-tie in 20 tokens
 PARTLY_RIGHT = " 13, 14, 15, 99, 98, 16, 17, 18"  # right, wrong, right again: drafts accepted and rejected
 REQUEST = dict(max_tokens=20, temperature=0.0, repeat_penalty=1.0)  # (the server's default penalty is 1.1)
 TOP = 3

@@ -30,10 +30,9 @@ def test_memory_option_reports_a_bad_file_starts_empty_and_replaces_it(tmp_path,
 
 def test_second_request_drafts_from_memory(model_path, smol):
     import plookup
-    from plookup.app.bench.plain import NEAR_TIE, chat_prompt_tokens, first_near_tie, greedy_with_gaps
-    from plookup.app.bench.workloads import standard_workloads
 
     from conftest import LLAMA_KWARGS
+    from support.plain import NEAR_TIE, chat_prompt_tokens, first_near_tie, greedy_with_gaps, standard_workloads
 
     max_tokens = 64
     memory = GlobalMemory(100_000)
