@@ -37,7 +37,6 @@ import json
 import os
 import py_compile
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from typing import Iterator, Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from plookup.app.bench.llama_server import free_port
 from plookup.files import cache_dir
 
 AIDER_VERSION = "0.86.2"
@@ -161,12 +161,6 @@ def ensure_aider(venv: Path, python: str) -> Path:
 
 
 # --- the server ----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

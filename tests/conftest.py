@@ -7,7 +7,6 @@ biases; q5_0/q4_K/q6_K/q8_0 tensors), fetched from PyPI on first use by plookup.
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import llama_cpp
 import pytest
 
 import plookup
+from plookup.app.bench.llama_server import free_port
 from plookup.app.models import resolve_model
 from plookup.draft.policy import CPU_COST_CURVE
 
@@ -115,12 +115,6 @@ def kv_positions(llm: llama_cpp.Llama) -> tuple[int, int]:
 
 
 SERVER_STARTUP_SECONDS = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

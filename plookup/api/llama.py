@@ -47,7 +47,6 @@ from ..measure.exactness import (
     recommended_settings,
     slots_exact,
 )
-from ..verify.accept import accept
 from ..verify.backend import BackendGreedy
 from ..verify.grammar import check_grammar
 from ..verify.greedy import greedy_rows, logits_row
@@ -184,9 +183,6 @@ class Llama(llama_cpp.Llama):
     The completions take an OpenAI-style ``prediction`` (see :mod:`plookup.api.prediction`) and report
     ``usage["speculative"]``; a streamed completion is a :class:`Stream`.
     """
-
-    # The acceptance rule (a pure function, see plookup.verify.accept); a test swaps in a broken one.
-    acceptance = staticmethod(accept)
 
     def __init__(
         self,

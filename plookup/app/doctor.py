@@ -13,7 +13,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import sys
 import traceback
 from collections import Counter
 from dataclasses import asdict
@@ -35,7 +34,9 @@ from ..measure.exactness import (
 )
 from .models import quantized_path, resolve_model
 from .options import add_model_options
-from .tables import grid
+from .tables import grid, notes
+
+note = notes("doctor")
 
 
 def register(commands) -> None:
@@ -252,5 +253,3 @@ def _slot_rows(config: dict) -> str:
     return " / ".join("{}/{}".format(*slots[k]) for k in ("unified", "streams")) if slots else "-"
 
 
-def note(message: str) -> None:
-    print(f"plookup doctor: {message}", file=sys.stderr, flush=True)

@@ -50,9 +50,6 @@ DEFAULT_MAX_DRAFT = 64
 # The LlamaDraftModel adapter has no verdict channel and pays llama-cpp-python's logits_all verify
 # cost, so it drafts a fixed length like llama_cpp's own prompt-lookup drafter.
 ADAPTER_MAX_DRAFT = 10
-# The most history tokens a corpus lookup matches: longer matches say little more (the policy's
-# buckets are doubling lengths) and each lookup's cost grows with its context.
-CORPUS_MAX_MATCH = DEFAULT_MAX_MATCH
 
 
 def check_max_draft(max_draft) -> int:
@@ -208,7 +205,9 @@ class SuffixDrafter(IndexDrafter):
         self._cursor = memory.cursor() if memory is not None else None
         self._fed = 0  # history tokens fed to the cursor since its start
         self.corpus: CorpusIndex | None = corpus
-        self.corpus_match = CORPUS_MAX_MATCH
+        # The most history tokens a corpus lookup matches, the request's own bound: longer matches
+        # say little more (the policy's buckets are doubling lengths) and a lookup's cost grows with them.
+        self.corpus_match = DEFAULT_MAX_MATCH
 
     def use_corpus(self, corpus: Optional[CorpusIndex]) -> None:
         self.corpus = corpus

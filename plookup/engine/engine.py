@@ -41,6 +41,7 @@ import numpy as np
 
 from ..draft.sizing import size_batch, size_streams
 from ..draft.values import CORPUS, MEMORY, NO_DRAFT, Draft
+from ..verify.accept import accept
 from ..verify.backend import BackendGreedy, Chains
 from ..verify.rows import decode_chunks, fill, last_row_logits, sequence_rows, verify_rows
 from .slot import Generation, Slot
@@ -82,6 +83,7 @@ class Engine:
         self.slots += [Slot(i, i, branch(i), size=size) for i in range(1, n_slots)]
         self.shared_exact = shared_exact
         self.size_drafts = size_streams if streams else size_batch  # several slots' drafts together
+        self.accept = accept  # the acceptance rule (a pure function, plookup.verify.accept)
         # The context: held by whoever steps or changes the cache, never waited for by a thread
         # that has something else to do (a lock is not fair, and a consumer stepping in a loop
         # would get it back before a waiting one woke up).
@@ -454,7 +456,7 @@ class Engine:
         sampling (what the host spends reading the rows)."""
         begin = time.perf_counter()
         try:
-            return self.llm.acceptance(draft, self._sample(gen, start), self._stop(gen, n_past, start), branch)
+            return self.accept(draft, self._sample(gen, start), self._stop(gen, n_past, start), branch)
         finally:
             gen.call.stats.sample_seconds += time.perf_counter() - begin
 

@@ -135,11 +135,6 @@ class Invariance:
         return bool(singles) and all(c.equal == c.rows for c in singles)
 
     @property
-    def invariant(self) -> bool:
-        """Verification can be exact: single-draft batches are (two-branch ones can be left out)."""
-        return self.single_invariant
-
-    @property
     def exact_rows(self) -> int:
         """The largest probed batch size n such that every single-draft batch of up to n rows
         was bitwise single-token decoding (1: not even the smallest)."""

@@ -165,7 +165,7 @@ def leaky(llm):
             llm._engine.slots[0].generation.sampler.accept(int(token))
         return verdict
 
-    return staticmethod(acceptance)
+    return acceptance
 
 
 # Strong enough that an extra count of a token moves the argmax wherever its margin is under 1.
@@ -177,7 +177,7 @@ def penalised_run(plain, smol, monkeypatch, leak):
     reference, gaps = chain_greedy(plain, prompt, 40, **PENALTY)
     monkeypatch.setattr(smol, "drafter", Scripted(len(prompt), reference))
     if leak:
-        monkeypatch.setattr(smol, "acceptance", leaky(smol))
+        monkeypatch.setattr(smol._engine, "accept", leaky(smol))
     tokens = list(itertools.islice(smol.generate(prompt, temp=0.0, **PENALTY), len(reference)))
     stats = smol.last_stats
     assert stats.drafted - stats.accepted >= 8  # rejected draft tokens, each the model's text 2 tokens on

@@ -97,7 +97,7 @@ def test_the_probe_tells_the_builds_apart(model_path, smollm2_q8_0):
         verdict = probe_invariance(llm)
         singles = len(curve_sizes(DEFAULT_MAX_N)) - 1  # n = 2..17, then 24, 32, ..., 64, 65
         assert len(verdict.checks) == singles + 13 == 23 + 13  # and n = 4..16 two-branch
-        assert verdict.invariant == EXACT_BUILD, verdict.summary()
+        assert verdict.single_invariant == EXACT_BUILD, verdict.summary()
         assert (plookup.Llama(path, **LLAMA_KWARGS).exact is True) == EXACT_BUILD
 
 

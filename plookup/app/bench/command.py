@@ -21,6 +21,7 @@ import numpy as np
 from ...draft.drafters import make_drafter
 from ...measure.costs import measure_cost_curve, oracle_speedup
 from ..options import add_model_options, llama_cpp_kwargs, model_kwargs
+from ..tables import notes
 from . import report as bench_report
 from .concurrency import DEFAULT_KINDS
 from .measure import (
@@ -34,6 +35,8 @@ from .measure import (
 from .replay import load_recorded, replay, replay_speedups
 from .systems import BACKEND_SYSTEM, CORPUS_SYSTEM, IN_PROCESS_SYSTEMS, MEMORY_SYSTEM
 from .workloads import whole_file_workloads
+
+note = notes("bench")
 
 DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
 QUICK_REPEATS, QUICK_MAX_TOKENS = 1, 96
@@ -422,7 +425,3 @@ def write_json(path: str, record: dict) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
     note(f"wrote {path}")
-
-
-def note(message: str) -> None:
-    print(f"plookup bench: {message}", file=sys.stderr, flush=True)

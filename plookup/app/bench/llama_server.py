@@ -29,7 +29,8 @@ def find_llama_server(path: Optional[str]) -> Optional[str]:
     return shutil.which(path) if path else shutil.which("llama-server")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -53,7 +54,7 @@ class ServerSystem:
                  draft_max: Optional[int] = None):  # fmt: skip
         self.name = f"server-{spec_type or 'plain'}" + (f"-{draft_max}" if draft_max else "")
         self.eos_token = eos_token
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         threads = str(model_kwargs["n_threads"])
         flags = ["--spec-type", spec_type] if spec_type else []
