@@ -220,6 +220,7 @@ def sampled(llm, setting: str, seed: int = 7) -> dict:
     return llm.create_completion(prompt, max_tokens=32, temperature=0.8, seed=seed, **settings)
 
 
+@pytest.mark.exact_build
 @exact_only
 @pytest.mark.parametrize("setting", list(SAMPLED))
 def test_exact_build_samples_plains_text_with_each_sampler(plain, smol, setting):
@@ -363,6 +364,7 @@ def test_stream_stats_and_completion_tokens_details(smol):
     assert plain_stream.completion_tokens_details() is None and plain_stream.stats.generated == 20
 
 
+@pytest.mark.exact_build
 def test_two_branch_drafts_off_where_verification_is_exact(smol):
     assert smol.exact is EXACT_BUILD  # SmolLM2 Q4_1: exact in the exact build only (README table)
     assert smol.drafter.branches is (not smol.exact)
@@ -416,6 +418,7 @@ def test_repeat_penalty_with_and_without_prediction_is_plains_until_near_tie(pla
         assert_plains_until_near_tie(reference, gaps, tokens, 24, f"{name} a prediction")
 
 
+@pytest.mark.exact_build
 @exact_only
 def test_exact_build_repeat_penalty_with_and_without_prediction_is_plains_text(plain, smol):
     assert smol.exact
@@ -429,6 +432,7 @@ def test_exact_build_repeat_penalty_with_and_without_prediction_is_plains_text(p
 # -- what carries over between calls on one model
 
 
+@pytest.mark.exact_build
 def test_each_call_starts_from_the_prior_and_what_carries_over(smol, monkeypatch):
     """The policy's calibration is the request's own: each call's first draft is sized from the
     prior. What carries over: the cost curve, the exactness verdict, the cached prompt (KV cells)."""

@@ -89,6 +89,7 @@ def smollm2_q8_0(model_path):
     return str(quantized_path(model_path["smollm2"], "q8_0"))
 
 
+@pytest.mark.exact_build
 def test_the_probe_tells_the_builds_apart(model_path, smollm2_q8_0):
     """SmolLM2 Q4_1 (one Q8_0 tensor) and its Q8_0 requantization: not exact while llamafile's
     kernels verify the batches, bitwise exact without them."""
@@ -101,6 +102,7 @@ def test_the_probe_tells_the_builds_apart(model_path, smollm2_q8_0):
         assert (plookup.Llama(path, **LLAMA_KWARGS).exact is True) == EXACT_BUILD
 
 
+@pytest.mark.exact_build
 @pytest.mark.budget(60)
 def test_the_probe_runs_on_a_context_of_several_slots(model_path, tmp_path, monkeypatch):
     """Several slots have a KV stream each and no branch sequence: the probe checks single drafts
@@ -115,6 +117,7 @@ def test_the_probe_runs_on_a_context_of_several_slots(model_path, tmp_path, monk
     assert len(list(itertools.islice(spec.generate(spec.tokenize(b"Once upon a time"), temp=0.0), 8))) == 8
 
 
+@pytest.mark.exact_build
 @pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
 @pytest.mark.parametrize("which", ["smollm2", "smollm2-q8_0"])
 @pytest.mark.budget(180)
@@ -142,6 +145,7 @@ TRUNCATING = {
 }
 
 
+@pytest.mark.exact_build
 @pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
 @pytest.mark.parametrize("setting", list(TRUNCATING))
 @pytest.mark.budget(60)
@@ -152,6 +156,7 @@ def test_exact_build_samples_plains_distribution_with_truncation(model_path, set
     assert_same_distribution("smollm2", plain, eager, setting, TRUNCATING)
 
 
+@pytest.mark.exact_build
 @pytest.mark.skipif(not EXACT_BUILD, reason="verify batches are exact only in the exact build (make EXACT=1)")
 @pytest.mark.budget(110)
 def test_exact_build_gives_plains_text_to_concurrent_requests(model_path):

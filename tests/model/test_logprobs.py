@@ -92,6 +92,7 @@ def assert_plains(got: dict, plain: dict) -> None:
         assert difference(got, plain) <= BOUND
 
 
+@pytest.mark.exact_build
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_completion_logprobs_are_plain_decodings_rows(reference, smol, monkeypatch, stream):
     plain = reference.create_completion(COUNT_PROMPT, logprobs=TOP, stream=stream, **REQUEST)
@@ -117,6 +118,7 @@ def test_completion_logprobs_are_plain_decodings_rows(reference, smol, monkeypat
     assert difference(listing(wrong), listing(plain)) > OFF_BY_ONE
 
 
+@pytest.mark.exact_build
 def test_chat_logprobs_are_llama_cpps_conversion_of_them(reference, smol):
     messages = [{"role": "user", "content": "Count from 1 to 30, separated by commas."}]
     kwargs = dict(REQUEST, logprobs=True, top_logprobs=2)
@@ -141,6 +143,7 @@ def assert_chats(got: list[dict], plain: list[dict]) -> None:
         assert max(abs(a["logprob"] - b["logprob"]) for a, b in zip(got, plain)) <= BOUND
 
 
+@pytest.mark.exact_build
 def test_logprobs_read_on_the_host_and_on_the_plain_path(reference, smol, monkeypatch):
     """A logprobs request samples its rows on the host, where backend sampling would hand back
     token ids only; a Python logits processor's plain loop reads its rows too."""
@@ -170,6 +173,7 @@ def events(response) -> list[dict]:
     return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
 
 
+@pytest.mark.exact_build
 def test_server_logprobs_on_both_routes_streamed_and_not(reference, smol):
     plain = listing(reference.create_completion(COUNT_PROMPT, logprobs=TOP, **REQUEST))
     body = dict(prompt=COUNT_PROMPT, logprobs=TOP, prediction={"type": "content", "content": PARTLY_RIGHT}, **REQUEST)
