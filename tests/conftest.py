@@ -124,7 +124,7 @@ def serving(alias: str, *options: str):
     command = [
         sys.executable, "-m", "plookup.app.cli", "serve", "--port", str(port), "--model-alias", alias,
         "--n-ctx", "2048", "--threads", "2", *options,
-    ]  # fmt: skip
+    ]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_STARTUP_SECONDS

@@ -133,7 +133,7 @@ class IndexDrafter(LlamaDraftModel):
         k = int(uncertain[0])
         alt, alt_agree = self._alternative(candidate, k, max_draft - k - 1)  # leave draft[k] a place
         n_a, n_b = self.policy.choose_branches(candidate.match_length, candidate.agree, k, alt_agree, max_draft,
-                                               source=candidate.source)  # fmt: skip
+                                               source=candidate.source)
         if n_a == 0:
             return None
         return n_a, Branch(k, alt[:n_b])
@@ -199,7 +199,7 @@ class SuffixDrafter(IndexDrafter):
     """
 
     def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None, max_draft: int = DEFAULT_MAX_DRAFT,
-                 corpus: CorpusIndex | None = None):  # fmt: skip
+                 corpus: CorpusIndex | None = None):
         super().__init__(SuffixIndex(), min_match, max_draft)
         self.memory = memory
         self._cursor = memory.cursor() if memory is not None else None
@@ -310,7 +310,7 @@ DRAFTERS = {"suffix": SuffixDrafter, "ngram": NgramDrafter}
 def make_drafter(
     name: str = "suffix", max_draft: int = DEFAULT_MAX_DRAFT, memory: Optional[GlobalMemory] = None,
     cost_curve=None, corpus: Optional[CorpusIndex] = None,
-) -> IndexDrafter:  # fmt: skip
+) -> IndexDrafter:
     """The drafter `name` ("suffix" or "ngram") with its defaults: the one way plookup.Llama, the
     command line, the benchmark and the server build one. ``memory``, ``corpus``: suffix drafter only."""
     if name not in DRAFTERS:

@@ -70,7 +70,7 @@ class Engine:
     """The slots of one ``plookup.Llama`` and the step that advances them all."""
 
     def __init__(self, llm, n_slots: int, branch_sequences: bool = True, shared_exact: bool = False,
-                 streams: bool = False):  # fmt: skip
+                 streams: bool = False):
         """`branch_sequences`: the context has a second sequence per slot for a draft's branch
         (without, drafts must carry none). `shared_exact`: a slot's rows beside other slots' are
         bitwise its lone decode here (measured: :func:`plookup.measure.exactness.probe_slots`).
@@ -398,7 +398,7 @@ class Engine:
         if self.trace is not None:
             self.trace.append(StepRecord(began, decoding_began - began, decoded - decoding_began,
                                          time.perf_counter() - decoded, len(rows), [len(d) for d in drafts],
-                                         accepted, sum(len(chunk) for _, _, chunk in chunks)))  # fmt: skip
+                                         accepted, sum(len(chunk) for _, _, chunk in chunks)))
 
     def _drafts(self, decoding: list[Generation], reserve: int) -> list[Draft]:
         """Each decoding generation's draft; `reserve` rows stay free for prefill chunks."""
@@ -535,7 +535,7 @@ class Engine:
         """The memory refused to drop rejected draft tokens: never go on with them in it. Warn,
         stop drafting on this model, and rebuild the sequence from its verified tokens[:n]."""
         warnings.warn("plookup: llama.cpp could not remove rejected draft tokens from the cache; "
-                      "re-evaluating the verified tokens and decoding this model plainly from now on")  # fmt: skip
+                      "re-evaluating the verified tokens and decoding this model plainly from now on")
         self.llm.can_roll_back = False
         tokens = slot.tokens[:n].tolist()
         if not self._seq_rm(slot.seq, 0):

@@ -38,11 +38,11 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys, monkeypatch)
     lines = [
         {"name": "count", "kind": "copy", "messages": [{"role": "user", "content": "Repeat exactly: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"}]},
         {"name": "ask", "kind": "free", "messages": [{"role": "user", "content": "What is a list?"}]},
-    ]  # fmt: skip
+    ]
     workloads.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
     argv = ["bench", "--workload", str(workloads), "--repeats", "1", "--max-tokens", "24", "--threads", "2",
-            "--n-ctx", "1024", "--max-draft", "6", "--json", str(out_json), "--plot", str(out_png)]  # fmt: skip
+            "--n-ctx", "1024", "--max-draft", "6", "--json", str(out_json), "--plot", str(out_png)]
     figures = []
     savefig = matplotlib.figure.Figure.savefig
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), savefig(fig, *a, **k)))
@@ -93,13 +93,13 @@ def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys
     memory = tmp_path / "memory.npz"
     question = "What is a list?"
     assert cli.main(["generate", "-p", question, "--chat", "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024",
-                     "--memory", str(memory)]) == 0  # fmt: skip
+                     "--memory", str(memory)]) == 0
     saved = memory.read_bytes()
     workloads = tmp_path / "w.jsonl"
     workloads.write_text(json.dumps({"name": "ask", "kind": "free", "messages": [{"role": "user", "content": question}]}) + "\n")
     out_json = tmp_path / "b.json"
     argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix", "--repeats", "2",
-            "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024", "--memory", str(memory), "--json", str(out_json)]  # fmt: skip
+            "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024", "--memory", str(memory), "--json", str(out_json)]
     assert cli.main(argv) == 0
     assert "plookup-memory" in capsys.readouterr().out
     summary = json.loads(out_json.read_text())["summary"]

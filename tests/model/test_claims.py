@@ -299,7 +299,7 @@ PROCESSORS = {
     "logit_bias": lambda llm: dict(logit_bias={llm.tokenize(b" k", add_bos=False)[0]: -100.0}),
     "min_tokens": lambda llm: dict(logits_processor=llama_cpp.LogitsProcessorList(
         [llama_cpp.MinTokensLogitsProcessor(20, llm.token_eos())])),  # llama_cpp.server's min_tokens
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("kind", list(PROCESSORS))

@@ -43,7 +43,7 @@ def test_greedy_output_with_a_corpus_is_plain_greedy_and_drafts_from_it(model_pa
     stats = llm.last_stats
     tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
     print(f"\n{stats.accepted_from_corpus}/{stats.accepted} accepted from the corpus, {len(out)} tokens in "
-          f"{stats.forward_passes} passes; first near-tie at {tie} of {len(reference)}")  # fmt: skip
+          f"{stats.forward_passes} passes; first near-tie at {tie} of {len(reference)}")
     assert out[:tie] == reference[:tie]
     assert tie >= 40
     assert stats.accepted_from_corpus > 0 and stats.as_dict()["accepted_from_corpus"] == stats.accepted_from_corpus
@@ -60,7 +60,7 @@ def test_a_corpus_of_another_vocabulary_is_refused_naming_the_file(model_path, c
     with pytest.raises(ValueError, match=re.escape(str(foreign)) + ": built for another model's vocabulary"):
         plookup.Llama(model_path["smollm2"], corpus=str(foreign), **LLAMA_KWARGS)
     assert cli.main(["generate", "-p", "Hi", "--max-tokens", "4", "--threads", "2", "--n-ctx", "512",
-                     "--corpus", str(foreign)]) == 1  # fmt: skip
+                     "--corpus", str(foreign)]) == 1
     assert str(foreign) in capsys.readouterr().err
     # The model is usable afterwards, with this model's corpus.
     prompt, reference, _, corpus = corpus_case

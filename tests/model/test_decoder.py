@@ -160,7 +160,7 @@ def test_a_grammar_that_does_not_parse_is_a_value_error(smol, plain, grammar, re
     [{"role": "user", "content": "hi"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Rename `x`:\n\nx = 1\n"},
      {"role": "assistant", "content": "n = 1"}, {"role": "user", "content": "Again."}],
-])  # fmt: skip
+])
 def test_chat_template_tokens_match_llama_cpp(model_pair, messages):
     # The test prompts are built as create_chat_completion prompts the model: SmolLM2 with its
     # GGUF's template, Gemma 3 with llama_cpp's "gemma" format. llama_cpp's own prompt is what it

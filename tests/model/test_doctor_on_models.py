@@ -38,7 +38,7 @@ def test_a_cached_report_chooses_backend_sampling(model_path, tmp_path, monkeypa
     path = model_path["smollm2"]
     assert not recommended_backend_sampling(path, None)  # no report: off
     save_report(path, report(dict(config(False, 2.2), backend_sampling=measured_backend(True)),
-                             dict(config(False, 1.9, repack=False), backend_sampling=measured_backend(False))))  # fmt: skip
+                             dict(config(False, 1.9, repack=False), backend_sampling=measured_backend(False))))
     assert recommended_backend_sampling(path, None) and not recommended_backend_sampling(path, Settings(repack=False))
     assert plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS).backend_sampling is True
     assert plookup.Llama(path, cost_curve=None, exactness=None, backend_sampling=False, **LLAMA_KWARGS).backend_sampling is False

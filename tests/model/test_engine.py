@@ -221,7 +221,7 @@ def test_llama_cpps_own_checks_read_the_requests_slot(parallel_smol, references)
     seen = []
     try:
         llm.create_completion(prompts[1], max_tokens=6, temperature=0,
-                              stopping_criteria=llama_cpp.StoppingCriteriaList([lambda ids, _: seen.append(list(ids)) or False]))  # fmt: skip
+                              stopping_criteria=llama_cpp.StoppingCriteriaList([lambda ids, _: seen.append(list(ids)) or False]))
     finally:
         done.set()
         holder.join()

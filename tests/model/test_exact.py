@@ -40,7 +40,7 @@ class DecodeLog:
             self.calls.append((
                 tuple(b.token[i] for i in range(b.n_tokens)), b.pos[0],
                 tuple(i for i in range(b.n_tokens) if b.logits[i]),
-            ))  # fmt: skip
+            ))
             return decode(batch)
 
         llm._ctx.decode = logged

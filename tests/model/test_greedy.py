@@ -52,7 +52,7 @@ FIRST_NEAR_TIE = {
         "code-docstring:glob.glob": 0, "code-rename:ast.literal_eval": 96, "code-whole:difflib.get_close_matches": 9,
         "question:contextlib.contextmanager": 2, "question:pathlib.Path.glob": 13,
     },
-}  # fmt: skip
+}
 
 
 def least_compared(measured: int) -> int:

@@ -17,7 +17,7 @@ def test_completion_with_prediction_is_the_same_text_in_fewer_passes(smol):
     assert plain["choices"][0]["text"] == predicted["choices"][0]["text"] == COUNT_TEXT
     assert predicted["usage"]["completion_tokens_details"] == {
         "accepted_prediction_tokens": 20, "rejected_prediction_tokens": 23,
-    }  # fmt: skip
+    }
     assert "completion_tokens_details" not in plain["usage"]
     # The prediction holds all 20 tokens; without it, only ", " repeats. (How many passes each
     # takes depends on the drafter's calibration by earlier calls.)
@@ -50,7 +50,7 @@ def test_chat_with_prediction_parts(smol):
     # "The quick brown fox jumps over the lazy" + "." appear in order; " cat" does not.
     assert predicted["usage"]["completion_tokens_details"] == {
         "accepted_prediction_tokens": 9, "rejected_prediction_tokens": 1,
-    }  # fmt: skip
+    }
     assert predicted["usage"]["speculative"]["generated"] == 11
 
 

@@ -171,7 +171,7 @@ def test_truncated_and_foreign_model_files(tmp_path, model_path):
     source = Path(model_path["smollm2"])
     size = source.stat().st_size
     cases = {"empty": 0, "magic cut": 3, "magic only": 4, "header cut": 24, "metadata cut": 4096,
-             "last byte missing": size - 1}  # fmt: skip
+             "last byte missing": size - 1}
     with open(source, "rb") as f:
         data = f.read(size - 1)
     for name, n in cases.items():

@@ -24,7 +24,7 @@ RUN_SECONDS = 2400
 @pytest.mark.slow
 def test_aider_edits_through_plookup_serve(tmp_path):
     install = subprocess.run([sys.executable, str(EXAMPLE), "--install-only"],
-                             capture_output=True, text=True, timeout=INSTALL_SECONDS)  # fmt: skip
+                             capture_output=True, text=True, timeout=INSTALL_SECONDS)
     if install.returncode == AIDER_UNAVAILABLE:
         pytest.skip(f"aider-chat cannot be installed (no network?):\n{install.stderr[-1500:]}")
     assert install.returncode == 0, install.stderr[-3000:]
@@ -34,7 +34,7 @@ def test_aider_edits_through_plookup_serve(tmp_path):
         [sys.executable, str(EXAMPLE), "-m", MODEL, "--formats", "whole", "--json", str(report),
          "--work", str(tmp_path / "work")],
         capture_output=True, text=True, timeout=RUN_SECONDS,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     print(done.stdout)
     runs = {run["label"]: run for run in json.loads(report.read_text())["runs"]}

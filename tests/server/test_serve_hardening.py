@@ -97,7 +97,7 @@ def test_a_failure_inside_is_a_500_without_its_text(smol, monkeypatch):
         response = count(client)
         assert response.status_code == 500
         assert response.json() == {"error": {"message": "internal error", "type": "internal_server_error",
-                                              "param": None, "code": None}}  # fmt: skip
+                                              "param": None, "code": None}}
         assert "ZeroDivision" not in response.text and "Traceback" not in response.text
         assert samples(client)['plookup_requests_total{"path": "/v1/completions", "status": "500"}'] == 1
 
@@ -118,7 +118,7 @@ def test_a_failed_request_counts_as_a_request_and_adds_no_generation(client):
 def test_streamed_requests_count_like_others_predictions_included(client):
     before = samples(client)
     body = {"prompt": COUNT_PROMPT, "max_tokens": 20, "temperature": 0, "stream": True,
-            "prediction": {"type": "content", "content": " 13, 14, 15, 16, 17, 18, 19, 20"}}  # fmt: skip
+            "prediction": {"type": "content", "content": " 13, 14, 15, 16, 17, 18, 19, 20"}}
     with client.stream("POST", "/v1/completions", json=body) as response:
         events = [line for line in response.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "data: [DONE]"
@@ -134,7 +134,7 @@ def test_unknown_paths_share_one_label_and_labels_parse(client):
         assert client.get(f"/nope/{i}").status_code == 404
     client.get("/v1/%22quoted%22%5Cback%0Aslash")  # decoded: a quote, a backslash, a newline
     paths = {json.loads(k[len("plookup_requests_total"):])["path"] for k in samples(client)
-             if k.startswith("plookup_requests_total")}  # fmt: skip
+             if k.startswith("plookup_requests_total")}
     assert paths <= {"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health", "other"}
     assert "other" in paths
 
@@ -201,7 +201,7 @@ SHORT = {"prompt": COUNT_PROMPT, "max_tokens": 20, "temperature": 0}
 def start(url: str, body: dict) -> http.client.HTTPConnection:
     connection = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=120)
     connection.request("POST", "/v1/completions", json.dumps(body),
-                       {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})  # fmt: skip
+                       {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
     return connection
 
 

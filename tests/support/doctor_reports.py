@@ -12,7 +12,7 @@ from plookup.measure.exactness import (
 def config(invariant: bool, ceiling: float, prompt=230.0, decode=95.0, best_n=12, **settings) -> dict:
     rows = dict(single_rows=(135, 135) if invariant else (15, 135), branch_rows=(13, 130), max_delta=0.6)
     return dict(settings=asdict(Settings(**settings)), invariant=invariant, ceiling=ceiling, best_n=best_n,
-                prompt_tps=prompt, decode_tps=decode, summary="single 15/135 rows, two-branch 13/130", **rows)  # fmt: skip
+                prompt_tps=prompt, decode_tps=decode, summary="single 15/135 rows, two-branch 13/130", **rows)
 
 
 def report(*configs, llamafile=True, **extra) -> dict:

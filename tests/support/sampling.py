@@ -33,9 +33,9 @@ SETTINGS = {
     # replaces the truncations) with the frequency and presence penalties; and top-k, typical-p and
     # min-p together behind a grammar (the colours the prompt lists, and one it does not).
     "mirostat2_penalties": dict(temperature=1.0, mirostat_mode=2, mirostat_tau=4.0, frequency_penalty=0.5,
-                                presence_penalty=0.5),  # fmt: skip
+                                presence_penalty=0.5),
     "grammar_top_k_typical_min_p": dict(temperature=1.0, top_k=20, top_p=1.0, typical_p=0.9, min_p=0.01,
-                                        grammar=COLOURS),  # fmt: skip
+                                        grammar=COLOURS),
 }
 
 

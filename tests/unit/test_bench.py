@@ -47,7 +47,7 @@ def record(tokens, total_s, ttft_s=0.1, drafted=(0,), accepted=(0,), passes=None
         drafted=sum(drafted_at), accepted=sum(accepted_at), generated=len(tokens),
         forward_passes=len(tokens) if passes is None else passes, draft_seconds=0.001,
         drafted_per_position=drafted_at, accepted_per_position=accepted_at,
-    )  # fmt: skip
+    )
 
 
 # -- identity with plain greedy decoding
@@ -247,7 +247,7 @@ def test_replay_accepts_the_matching_prefix_and_advances_past_the_models_token()
         ("observe", 3, 2), ("extend", [4, 5, 6]),  # 2 accepted + the model's 6
         ("observe", 0, 0), ("extend", [7]),
         ("observe", 2, 1), ("extend", [8]),  # the output ends after the accepted 8
-    ]  # fmt: skip
+    ]
     assert (stats.drafted, stats.accepted, stats.forward_passes, stats.generated) == (5, 3, 3, 5)
     assert stats.drafted_per_position == [2, 2, 1] and stats.accepted_per_position == [2, 1, 0]
     assert lengths == [3, 0, 2]
@@ -328,7 +328,7 @@ def test_the_oracle_is_the_least_cost_and_bounds_the_policy():
     for _ in range(200):
         output = rng.integers(0, 3, size=int(rng.integers(1, 12))).tolist()
         candidates = {p: (output[p : p + int(rng.integers(0, 6))] if rng.random() < 0.6 else rng.integers(0, 3, size=4).tolist())
-                      for p in range(len(output))}  # fmt: skip
+                      for p in range(len(output))}
         cost = np.cumsum(np.r_[1.0, rng.uniform(-0.3, 1.0, size=6)]).clip(min=0.5)
         lengths = best_lengths(CandidatesByPosition(candidates), [9], output, cost)
         spent = sum(step_cost(d, cost) for d in lengths)
@@ -370,7 +370,7 @@ def test_server_reply_becomes_a_run_record_with_the_eos_put_back():
     reply = {
         "tokens": [5, 6, 7], "stop_type": "eos",
         "timings": {"prompt_ms": 200.0, "predicted_ms": 300.0, "predicted_n": 3, "draft_n": 4, "draft_n_accepted": 2},
-    }  # fmt: skip
+    }
     r = server_record(reply, total_s=0.6, eos_token=2, rss_mib=50.0)
     assert r["tokens"] == [5, 6, 7, 2] and r["prefill_s"] == 0.2 and r["ttft_s"] == pytest.approx(0.3)
     assert (r["drafted"], r["accepted"], r["forward_passes"]) == (4, 2, None)
@@ -422,7 +422,7 @@ def test_server_systems_sweep_draft_max_for_each_ngram_drafter():
 
     assert server_systems(None) == [(None, None), ("ngram-mod", None), ("ngram-simple", None)]
     assert server_systems("16,64") == [(None, None), ("ngram-mod", 16), ("ngram-mod", 64),
-                                       ("ngram-simple", 16), ("ngram-simple", 64)]  # fmt: skip
+                                       ("ngram-simple", 16), ("ngram-simple", 64)]
 
 
 def test_apply_workloads_send_the_old_file_and_its_diff_from_two_release_wheels(tmp_path, monkeypatch):
@@ -439,7 +439,7 @@ def test_apply_workloads_send_the_old_file_and_its_diff_from_two_release_wheels(
         "1.0": {"pkg/a.py": body, "pkg/same.py": body, "pkg/small.py": "x = 1\n", "pkg/big.py": body * 4},
         "1.1": {"pkg/a.py": body.replace("x + 7\n", "x + 70\n"), "pkg/same.py": body, "pkg/small.py": "x = 2\n",
                 "pkg/big.py": body.replace("x + 7\n", "x + 70\n") * 4},
-    }  # fmt: skip
+    }
     for version, contents in files.items():
         with zipfile.ZipFile(folder / f"pkg-{version}-py3-none-any.whl", "w") as wheel:
             for name, text in contents.items():

@@ -34,7 +34,7 @@ def run_suite(tmp_path, strict: bool) -> tuple[int, str]:
     (tmp_path / "test_suite.py").write_text(SUITE)
     env = dict(os.environ, PLOOKUP_STRICT_BUDGETS="1" if strict else "0")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout
 
 

@@ -35,7 +35,7 @@ def reference_lookup(docs: list[list[int]], context: list[int], max_draft: int, 
     for length in range(len(context), 0, -1):
         pattern = context[len(context) - length :]
         follow = [(d, s + length) for d, doc in enumerate(docs)
-                  for s in range(len(doc) - length + 1) if doc[s : s + length] == pattern]  # fmt: skip
+                  for s in range(len(doc) - length + 1) if doc[s : s + length] == pattern]
         if follow:
             break
     else:
@@ -95,7 +95,7 @@ def sampled_ranges_exact(docs, context, max_match) -> bool:
             return True
         prefix = pattern + tokens[:k]
         nexts = {doc[s + len(prefix)] for doc in docs for s in range(len(doc) - len(prefix))
-                 if doc[s : s + len(prefix)] == prefix}  # fmt: skip
+                 if doc[s : s + len(prefix)] == prefix}
         if len(nexts) > 2:
             return False
     return True
@@ -220,7 +220,7 @@ def test_foreign_vocabulary_refused(saved):
     (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "data checksum"),
     (lambda b: b[:30] + bytes([b[30] ^ 1]) + b[31:], "header checksum"),
     (lambda b: b + b"\0" * 8, "corrupt corpus index"),
-])  # fmt: skip
+])
 def test_corrupt_or_truncated_file_refused(saved, damage, problem):
     _, path = saved
     path.write_bytes(damage(path.read_bytes()))
@@ -235,7 +235,7 @@ def test_corrupt_or_truncated_file_refused(saved, damage, problem):
 def test_gitignore_rules_agree_with_git(tmp_path):
     patterns = "*.log\n/build\ndocs/*.tmp\n**/cache/\n!keep.log\n# comment\n\nsub/**/deep.txt\n"
     tree = ["a.log", "keep.log", "build/x.py", "src/build/y.py", "docs/n.tmp", "docs/q/n.tmp",
-            "src/cache/z.py", "cache.py", "sub/deep.txt", "sub/a/b/deep.txt", "ok.py"]  # fmt: skip
+            "src/cache/z.py", "cache.py", "sub/deep.txt", "sub/a/b/deep.txt", "ok.py"]
     for name in tree:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x = 1\n")
@@ -246,7 +246,7 @@ def test_gitignore_rules_agree_with_git(tmp_path):
     if shutil.which("git"):
         subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
         checked = subprocess.run(["git", "-C", str(tmp_path), "check-ignore", "--no-index", *tree],
-                                 capture_output=True, text=True).stdout.split()  # fmt: skip
+                                 capture_output=True, text=True).stdout.split()
         assert set(tree) - set(checked) == kept - {".gitignore"}
 
 
@@ -273,7 +273,7 @@ def test_build_from_tree_skips_what_it_must(tree, tmp_path):
     assert {r: sorted(p.name for p in ps) for r, ps in report.skipped.items() if ps} == {
         "binary": ["image.png"], "ignored": ["secret.env"], "too large": ["big.txt"], "empty": ["empty.txt"],
         "duplicate": ["copy.py"],  # the same text as code.py, read first
-    }  # fmt: skip
+    }
     assert report.replaced == 2 and report.files == 4 and report.tokens == len(index)
     docs = {p.split("/")[-1]: d for p, d in zip(index.sources, np.split(index.text, np.flatnonzero(index.text == SEP) + 1))}
     assert bytes(docs["latin.txt"][:-1].tolist()).decode() == "caf\ufffd cr\ufffdme\n"

@@ -22,7 +22,7 @@ def test_exact_with_the_defaults():
 def test_exact_only_with_a_setting_names_it_and_its_price():
     lines = advise(report(config(False, 2.05), config(False, 2.0, flash_attn=True),
                           config(True, 1.70, prompt=180, decode=90, repack=False, tiled=False),
-                          config(True, 1.50, prompt=150, repack=False)))  # fmt: skip
+                          config(True, 1.50, prompt=150, repack=False)))
     assert "exact with flash attention off, repacking off, tiled K-quant kernel off" in lines[1]
     assert "ceiling 2.05x -> 1.70x, prompt 230 -> 180 tok/s, decode 95 -> 90 tok/s" in lines[1]
 
@@ -60,7 +60,7 @@ def test_the_report_reads_as_a_table_then_advice():
         model="m.gguf", tensor_types={"Q4_K": 97, "F32": 121}, llama_cpp_python="0.3.36", system_info="CPU : AVX2 = 1",
         threads=2, configs=[config(False, 2.05), config(True, 1.7, repack=False, tiled=False)], quants={"q8_0": 2.71},
         advice=["line one", "line two"],
-    ))  # fmt: skip
+    ))
     lines = text.splitlines()
     assert lines[1] == "  tensors: Q4_K 97, F32 121"
     table = lines[lines.index(next(l for l in lines if l.startswith("setting"))):]
@@ -72,10 +72,10 @@ def test_the_report_reads_as_a_table_then_advice():
 def test_backend_sampling_advice_reads_the_loaded_settings_measurement():
     lines = advise(report(dict(config(True, 2.7), backend_sampling=measured_backend(True))))
     assert lines[-1] == ("greedy rows are sampled on the backend here (1.50 -> 1.39 ms per token, no draft and "
-                         "drafting together); plookup.Llama does so for this model")  # fmt: skip
+                         "drafting together); plookup.Llama does so for this model")
     # The exact setting is what plookup.Llama loads: its measurement is the one reported.
     lines = advise(report(dict(config(False, 2.7), backend_sampling=measured_backend(True)),
-                          dict(config(True, 2.0, repack=False), backend_sampling=measured_backend(False, backend=(0.5, 1.0)))))  # fmt: skip
+                          dict(config(True, 2.0, repack=False), backend_sampling=measured_backend(False, backend=(0.5, 1.0)))))
     assert lines[-1].startswith("greedy rows stay on the host: sampling them on the backend does not pay here (1.50 -> 1.50")
     assert len(advise(report(config(True, 2.7)))) == 2  # not measured (an older report): no line
 
@@ -92,7 +92,7 @@ def test_backend_sampling_is_judged_on_each_way_s_fastest_round(monkeypatch):
     def measured(llm):
         no_draft, drafting = next(walls)
         return {"no draft": {"ms_per_token": no_draft, "backend": llm.backend_sampling},
-                "drafting": {"ms_per_token": drafting}}  # fmt: skip
+                "drafting": {"ms_per_token": drafting}}
 
     monkeypatch.setattr(doctor, "measure_host", measured)
     model = Model()

@@ -94,6 +94,6 @@ def test_property_tests_under_boundscheck(tmp_path):
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", selection,
          *args, __file__],
         env=env, capture_output=True, text=True, cwd=tests.parent,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout[-4000:]
     assert " passed" in result.stdout and "deselected" in result.stdout

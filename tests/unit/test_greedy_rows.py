@@ -111,5 +111,5 @@ def test_only_plain_greedy_chains_are_read_as_an_argmax():
     base = dict(temp=0.0, grammar=None, repeat_penalty=1.1, frequency_penalty=0.0, presence_penalty=0.0)
     assert isinstance(greedy_rows(10, 64, **base), GreedyRows)
     for change in (dict(temp=0.7), dict(temp=-1.0), dict(grammar=object()), dict(frequency_penalty=0.1),
-                   dict(presence_penalty=0.2)):  # fmt: skip
+                   dict(presence_penalty=0.2)):
         assert greedy_rows(10, 64, **{**base, **change}) is None

@@ -137,7 +137,7 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
 def test_the_package_is_where_this_test_looks():
     known = modules()
     assert {"plookup.api.llama", "plookup.verify.accept", "plookup.app.cli", "plookup.app.options",
-            "plookup.app.serve.app", "plookup.app.bench.command", "plookup.native.suffix_automaton"} <= set(known)  # fmt: skip
+            "plookup.app.serve.app", "plookup.app.bench.command", "plookup.native.suffix_automaton"} <= set(known)
 
 
 def test_no_import_cycle_and_imports_run_one_way():

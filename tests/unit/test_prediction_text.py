@@ -26,6 +26,6 @@ def test_prediction_text_rejects_other_shapes(bad):
 def test_prediction_usage_counts_tokens_in_order():
     assert prediction_usage([1, 2, 3, 4, 5], [1, 2, 9, 4, 5, 6]) == {
         "accepted_prediction_tokens": 4, "rejected_prediction_tokens": 1,
-    }  # fmt: skip
+    }
     assert prediction_usage([7, 8], [8, 7]) == {"accepted_prediction_tokens": 1, "rejected_prediction_tokens": 1}
     assert prediction_usage([], [1]) == {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}

@@ -16,7 +16,7 @@ H200 = Path(__file__).resolve().parents[2] / "docs" / "cost-curve-h200-smollm2-q
 def test_flat_and_files_of_every_kind(tmp_path):
     assert given_cost_curve("flat", 4).tolist() == [1.0] * 5
     for name, content in [("list", [2.0, 3.0, 4.0]), ("doctor", {"settings": [{"cost": [2.0, 3.0, 4.0]}]}),
-                          ("bench", {"workloads": [], "cost_curve": [2.0, 3.0, 4.0]})]:  # fmt: skip
+                          ("bench", {"workloads": [], "cost_curve": [2.0, 3.0, 4.0]})]:
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(content))
         assert given_cost_curve(str(path), 16).tolist() == [1.0, 1.5, 2.0], name  # relative to one token

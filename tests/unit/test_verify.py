@@ -120,7 +120,7 @@ def test_verify_rows_layout_matches_what_accept_reads():
         (9, 10, (0, 1)), (5, 11, (0, 1)),  # pending + draft[:1], shared
         (6, 12, (0,)), (7, 13, (0,)),  # the rest of the draft on sequence 0: rows 2, 3
         (16, 12, (1,)), (17, 13, (1,)),  # the branch on sequence 1 at the same positions: rows 4, 5
-    ]  # fmt: skip
+    ]
 
 
 def reference_greedy(draft, branch, rows_token):
@@ -170,7 +170,7 @@ def matches_the_rule_written_out(rule, **options):
             elif how == "branch" and branch is not None and 0 <= row - len(draft) - 1 < len(branch[1]) - 1:
                 targets[row] = branch[1][row - len(draft)]
         verdict = rule(draft, lambda row: (targets[row], None), None,
-                       None if branch is None else Branch(branch[0], np.array(branch[1])))  # fmt: skip
+                       None if branch is None else Branch(branch[0], np.array(branch[1])))
         assert list(verdict.tokens) == reference_greedy(draft, branch, lambda row: targets[row])
         assert verdict.accepted == len(verdict.tokens) - 1
 
