@@ -7,7 +7,7 @@ missing / non-GGUF / 1 MiB-truncated model files (test_decoder.py), islice + clo
 tokens within its memory bound (test_kernels.py::test_large_history_finds_planted_copy_within_
 memory_bound), out-of-range ids given to the indexes (test_kernels.py::test_bad_tokens_raise_and_
 append_nothing) and the boundschecked kernel fuzz (tests/unit/test_kernels.py::test_boundschecked_fuzz_*); drafters on empty histories, fuzzed and
-under bounds checks: tests/unit/test_drafter_fuzz.py.
+under bounds checks: tests/unit/test_drafters_fuzzed.py.
 """
 
 from __future__ import annotations

@@ -61,13 +61,19 @@ def test_distribution_matches_plain_on_the_code_model(model_path):
     assert_same_distribution(CODER, pair(CODER, model_path)[1], eager(CODER, model_path), "temp1")
 
 
+# The broken rule's sample against plain's N_SAMPLES: its distribution is so far from plain's that a
+# quarter of the draws keeps the test's power at 1 on both models (computed by bootstrap from both
+# samples: BENCHMARKS.md, "CI's legs"); plain's sample is the distribution test's, drawn once.
+BROKEN_SAMPLES = N_SAMPLES // 4
+
+
 @pytest.mark.budget(90)
 def test_broken_acceptance_rule_fails_the_same_test(model_path, model_pair):
     name, plain, _ = model_pair
     broken = plookup.Llama(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
     broken._engine.accept = accept_everything
     expected = plain_counts(name, plain, "temp1")
-    got = first_tokens(broken, range(10**6, 10**6 + N_SAMPLES), **SETTINGS["temp1"])
+    got = first_tokens(broken, range(10**6, 10**6 + BROKEN_SAMPLES), **SETTINGS["temp1"])
     assert homogeneity_p_value(expected, got) < 0.001
 
 
