@@ -40,7 +40,6 @@ from support.budgets import (  # noqa: F401
 )
 
 
-
 def _refuse_model(*args, **kwargs):
     raise AssertionError("a unit test loaded a model: it belongs in tests/model")
 
