@@ -17,6 +17,7 @@ import pytest
 
 import plookup
 from plookup.app.models import quantized_path
+from plookup.draft.policy import CPU_COST_CURVE
 from plookup.measure.costs import DEFAULT_MAX_N, curve_sizes
 from plookup.measure.exactness import llamafile_in_build, probe_invariance
 
@@ -168,7 +169,9 @@ def test_exact_build_gives_plains_text_to_concurrent_requests(model_path):
     from plookup.measure.exactness import cached_slot_invariance, slots_exact
 
     plain = llama_cpp.Llama(model_path["smollm2"], **LLAMA_KWARGS)
-    spec = plookup.Llama(model_path["smollm2"], parallel=4, **LLAMA_KWARGS)
+    # Drafts sized by the built-in curve: what is checked is exactness, whatever the drafts' sizes,
+    # and a measured 4-slot curve (up to 260 rows) is the default legs' (tests/model/test_engine.py).
+    spec = plookup.Llama(model_path["smollm2"], parallel=4, cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
     checks = cached_slot_invariance(spec)
     assert slots_exact(checks, "streams") and not slots_exact(checks, "unified")
     assert spec.exact and spec.kv_layout == "streams"
