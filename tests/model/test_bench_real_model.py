@@ -10,14 +10,9 @@ import numpy as np
 import pytest
 
 from plookup.app import cli
-from plookup.app.bench.measure import (
-    speedup,
-)
+from plookup.app.bench.measure import speedup
 from plookup.app.bench.plain import NEAR_TIE
-from plookup.app.bench.replay import (
-    modelled_speedup,
-    replay,
-)
+from plookup.app.bench.replay import modelled_speedup, replay
 from plookup.draft.drafters import make_drafter
 
 from support.oracle import brute_force_least_cost

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from plookup.app.bench.replay import (
-    accepted_length,
-    step_cost,
-)
+from plookup.app.bench.replay import accepted_length, step_cost
 
 
 def brute_force_least_cost(candidates, output, cost):

@@ -5,10 +5,7 @@ tests/model/test_doctor_on_models.py."""
 from __future__ import annotations
 
 from plookup.app import doctor
-from plookup.measure.exactness import (
-    advise,
-    exact_setting,
-)
+from plookup.measure.exactness import advise, exact_setting
 
 from support.doctor_reports import config, measured_backend, report
 
