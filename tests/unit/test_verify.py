@@ -238,7 +238,7 @@ def test_a_corrupt_invariance_cache_is_reported_and_measured_again(tmp_path, mon
     measured = Invariance([RowCheck(n=2, two_branch=False, equal=2, rows=2, max_delta=0.0)])
     monkeypatch.setattr(exactness, "probe_invariance", lambda llm, max_n: measured)
     monkeypatch.setattr(exactness, "probe_slots", lambda llm, max_n: [])
-    llm = SimpleNamespace(model_path="model.gguf")
+    llm = SimpleNamespace(model_path="model.gguf", context_params=SimpleNamespace(kv_unified=True))  # one slot
     assert cached_invariance(llm) == measured  # measured and written: nothing to warn about
     (path,) = (tmp_path / "invariance").iterdir()
     assert cached_invariance(llm) == measured  # read back
