@@ -28,7 +28,7 @@ STAMP := $(VENV)/.plookup-installed-$(WHEEL_KEY)
 
 LLAMA_SERVER := $(HOME)/.cache/plookup/llama-server/$(WHEEL_KEY)/llama-server
 
-.PHONY: install demo test test-slow test-exact bench aider-demo llama-server clean
+.PHONY: install demo test test-fast test-unit test-model test-server test-slow test-exact bench aider-demo llama-server clean
 
 install: $(STAMP)
 
@@ -55,18 +55,35 @@ BENCH_ARGS ?= --repeats 2 --whole-files 1
 demo: install
 	$(PY) examples/demo.py $(MODEL)
 
+# Tests by kind, a folder each: tests/unit (no model, seconds), tests/model (real models),
+# tests/server (`plookup serve` in a process of its own); tests/support holds what they share.
 test: install
 	$(PY) -m pytest -q -m "not slow" --durations=15 tests
+
+# The unit tests, for while you work: under a minute.
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" tests/unit
+
+# CI's legs (.ci/run), each a run with a time budget of its own (tests/support/budgets.py). The
+# model leg also runs a test file left at tests/ itself.
+test-unit: install
+	$(PY) -m pytest -q -m "not slow" --leg unit --durations=5 tests/unit
+
+test-model: install
+	$(PY) -m pytest -q -m "not slow" --leg model --durations=15 tests --ignore=tests/unit --ignore=tests/server
+
+test-server: install
+	$(PY) -m pytest -q -m "not slow" --leg server --durations=5 tests/server
 
 test-slow: install
 	$(PY) -m pytest -q tests
 
-# With EXACT=1: the exactness and doctor tests, which assert full-length identity with plain decoding
-# wherever the probe finds verify batches exact (CI runs this leg after `make test`, which has run
-# the tests that hold in any build).
+# With EXACT=1: the tests whose assertion depends on the build (marked exact_build), which assert
+# full-length identity with plain decoding wherever the probe finds verify batches exact, and the
+# doctor's whole command. The other tests hold the same in any build: the default build's legs
+# have run them.
 test-exact: install
-	$(PY) -m pytest -q --durations=10 tests/test_exact.py tests/test_doctor.py tests/test_claims.py \
-		tests/test_logprobs.py tests/test_sampling.py::test_same_seed_same_text -k "not nothing_is_drafted and not prefill_makes_plain"
+	$(PY) -m pytest -q -m exact_build --leg exact --durations=10 tests
 
 # aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
 # from PyPI, once). AIDER_ARGS e.g. "--memory" or "-m qwen-coder-0.5b --formats whole --json out.json".

@@ -37,7 +37,6 @@ import json
 import os
 import py_compile
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from typing import Iterator, Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from plookup.app.bench.llama_server import free_port
 from plookup.files import cache_dir
 
 AIDER_VERSION = "0.86.2"
@@ -75,7 +75,7 @@ class Edit:
 
     def message(self, edit_format: str) -> str:
         text = (f"In {SOURCE.name}, in the function `{self.function}`, rename the {self.what} `{self.old}` "
-                f"to `{self.new}`. Change nothing else.")  # fmt: skip
+                f"to `{self.new}`. Change nothing else.")
         # Coder models like to answer with a unified diff, which aider's whole format then misreads.
         return text + (" Reply with the complete updated file, not a diff." if edit_format == "whole" else "")
 
@@ -90,7 +90,7 @@ N_CTX = 8192
 MODEL_METADATA = {  # what aider would otherwise look up on the web: the context window, no price
     "max_input_tokens": N_CTX, "max_output_tokens": N_CTX, "input_cost_per_token": 0.0,
     "output_cost_per_token": 0.0, "litellm_provider": "openai", "mode": "chat",
-}  # fmt: skip
+}
 
 COUNTERS = {  # column -> the /metrics sample it is read from
     "tokens": "plookup_generated_tokens_total",
@@ -163,12 +163,6 @@ def ensure_aider(venv: Path, python: str) -> Path:
 # --- the server ----------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serving(model: str, logs: Path, *options: str) -> Iterator[str]:
     """`plookup serve` on a free loopback port, answered once ``/health`` says 200: yields its URL.
@@ -178,7 +172,7 @@ def serving(model: str, logs: Path, *options: str) -> Iterator[str]:
         sys.executable, "-m", "plookup.app.cli", "serve", "-m", model, "--host", "127.0.0.1",
         "--port", str(port), "--model-alias", MODEL_ALIAS, "--n-ctx", str(N_CTX),
         "--threads", str(os.cpu_count() or 1), *options,
-    ]  # fmt: skip
+    ]
     log("$ " + " ".join(command[1:]))
     with open(logs, "a") as err:
         server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
@@ -243,7 +237,7 @@ def aider_environment(url: str, home: Path) -> dict:
         HTTP_PROXY=dead_proxy, HTTPS_PROXY=dead_proxy, http_proxy=dead_proxy, https_proxy=dead_proxy,
         NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
         TERM="dumb",
-    )  # fmt: skip
+    )
     return env
 
 
@@ -265,12 +259,12 @@ def run_aider(aider: Path, url: str, file: Path, edit_format: str, message: str,
         "--input-history-file", str(home / "input.history"),
         "--chat-history-file", str(home / "chat.history.md"),
         "--message", message, file.name,
-    ]  # fmt: skip
+    ]
     start = time.perf_counter()
     with open(file.parent / "aider.log", "a") as out:
         try:
             done = subprocess.run(command, cwd=file.parent, env=aider_environment(url, home), stdin=subprocess.DEVNULL,
-                                  stdout=out, stderr=subprocess.STDOUT, timeout=timeout)  # fmt: skip
+                                  stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
             ok = done.returncode == 0
         except subprocess.TimeoutExpired:
             ok = False
@@ -316,7 +310,7 @@ def renamed(text: str, edit: Edit) -> Optional[str]:
     first, last = span
     lines = text.splitlines(keepends=True)
     spots = [t.start for t in tokenize.generate_tokens(io.StringIO(text).readline)
-             if t.type == tokenize.NAME and t.string == edit.old and first <= t.start[0] <= last]  # fmt: skip
+             if t.type == tokenize.NAME and t.string == edit.old and first <= t.start[0] <= last]
     for row, col in reversed(spots):
         line = lines[row - 1]
         lines[row - 1] = line[:col] + edit.new + line[col + len(edit.old) :]
@@ -339,7 +333,7 @@ def measured_edit(run: Run, aider: Path, url: str, file: Path, edit: Edit, timeo
     expected = renamed(before_text, edit)
     before = read_metrics(url)
     log(f"{run.label}, {run.edit_format}, turn {run.turn}: aider renames `{edit.old}` -> `{edit.new}` "
-        f"in {edit.function}")  # fmt: skip
+        f"in {edit.function}")
     run.aider_ok, run.wall_s = run_aider(aider, url, file, run.edit_format, edit.message(run.edit_format), timeout)
     after = read_metrics(url)
     for column, sample in COUNTERS.items():
@@ -352,7 +346,7 @@ def measured_edit(run: Run, aider: Path, url: str, file: Path, edit: Edit, timeo
     if not run.aider_ok:
         log(f"aider failed or timed out; its log, {file.parent / 'aider.log'}:\n{tail(file.parent / 'aider.log')}")
     log(f"  {run.wall_s:.1f} s, {run.tokens} tokens, {run.passes} passes, compiles {run.compiles}, "
-        f"edit done {run.edit_done}")  # fmt: skip
+        f"edit done {run.edit_done}")
     return run
 
 
@@ -408,14 +402,14 @@ def mark_identical(runs: list[Run], baseline: str) -> None:
 def table(runs: list[Run]) -> str:
     """The summary as a Markdown table."""
     header = ("run", "format", "turn", "wall s", "requests", "tokens", "passes/token", "drafted", "accepted",
-              "aider ok", "compiles", "edit done", "as expected", "identical")  # fmt: skip
+              "aider ok", "compiles", "edit done", "as expected", "identical")
     yes = {True: "yes", False: "no", None: "-"}
     rows = [
         (r.label, r.edit_format, str(r.turn), f"{r.wall_s:.1f}", str(r.requests), str(r.tokens),
          f"{r.passes_per_token:.3f}", str(r.drafted), str(r.accepted), yes[r.aider_ok], yes[r.compiles],
          yes[r.edit_done], yes[r.as_expected], yes[r.identical])
         for r in runs
-    ]  # fmt: skip
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
@@ -432,15 +426,15 @@ def report(runs: list[Run], args) -> dict:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-m", "--model", default="qwen-coder-1.5b",
-                        help="a GGUF file or a `plookup models list` name (default qwen-coder-1.5b)")  # fmt: skip
+                        help="a GGUF file or a `plookup models list` name (default qwen-coder-1.5b)")
     parser.add_argument("--formats", default="whole,diff", help="aider edit formats, comma-separated (default: both)")
     parser.add_argument("--memory", action="store_true", help="also the three-turn session, with vs without --memory")
     parser.add_argument("--memory-format", default="whole", help="the three-turn session's edit format (default whole)")
     parser.add_argument("--memory-tokens", type=int, default=1 << 20, help="the server's --memory-tokens (default 1M)")
     parser.add_argument("--no-drafting-comparison", dest="drafting", action="store_false",
-                        help="skip the drafting off/on runs (with --memory: the session only)")  # fmt: skip
+                        help="skip the drafting off/on runs (with --memory: the session only)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one aider run may take (default 1800)")
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help=f"aider's venv (default {DEFAULT_VENV})")
     parser.add_argument("--python", default=sys.executable, help="the Python that makes aider's venv (3.10-3.12)")
@@ -470,7 +464,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(table(runs))
     print("\n'identical': drafting (or memory) off and on left byte-identical files. Greedy decoding gives the "
           "same tokens up to the first near-tie, where llama.cpp's batched and single-token kernels may round "
-          "apart (README, \"Exactness\"), so 'no' is possible with the default build and is not an error.")  # fmt: skip
+          "apart (README, \"Exactness\"), so 'no' is possible with the default build and is not an error.")
     if args.json:
         args.json.write_text(json.dumps(report(runs, args), indent=2) + "\n")
         log(f"figures written to {args.json}")

@@ -60,7 +60,7 @@ def main(run_path: str, corpus_path: str) -> None:
             n, first, run = stats[b]
             label = "no match" if b < 0 else f"L {2**b}-{2 ** (b + 1) - 1}"
             extra = "" if b < 0 else (f"  first right {first / n:6.1%}  right run {run / n:.2f}"
-                                      f"  (corpus prior {CORPUS_PRIOR_HITS[b] / PRIOR_WEIGHT:.2f})")  # fmt: skip
+                                      f"  (corpus prior {CORPUS_PRIOR_HITS[b] / PRIOR_WEIGHT:.2f})")
             print(f"  {label:<10} {n:5d} ({n / total:5.1%}){extra}")
     for label, curve in (("measured cost curve", cost), ("flat cost curve", np.ones_like(cost))):
         for name in buckets:

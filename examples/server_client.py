@@ -50,7 +50,7 @@ def demo(base_url: str) -> None:
     reply = client.chat.completions.create(
         model=model, messages=messages, temperature=0, max_tokens=60,
         prediction={"type": "content", "content": DOCUMENT},
-    )  # fmt: skip
+    )
     usage = reply.usage
     print(reply.choices[0].message.content)
     print(

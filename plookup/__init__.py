@@ -15,4 +15,4 @@ from .index.memory import GlobalMemory
 __all__ = [
     "Llama", "Stream", "SuffixDrafter", "NgramDrafter", "make_drafter", "GlobalMemory", "CorpusIndex",
     "SpecStats", "smollm2_path", "gemma3_path",
-]  # fmt: skip
+]

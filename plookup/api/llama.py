@@ -47,7 +47,6 @@ from ..measure.exactness import (
     recommended_settings,
     slots_exact,
 )
-from ..verify.accept import accept
 from ..verify.backend import BackendGreedy
 from ..verify.grammar import check_grammar
 from ..verify.greedy import greedy_rows, logits_row
@@ -185,9 +184,6 @@ class Llama(llama_cpp.Llama):
     ``usage["speculative"]``; a streamed completion is a :class:`Stream`.
     """
 
-    # The acceptance rule (a pure function, see plookup.verify.accept); a test swaps in a broken one.
-    acceptance = staticmethod(accept)
-
     def __init__(
         self,
         model_path: str,
@@ -237,7 +233,7 @@ class Llama(llama_cpp.Llama):
         self.can_roll_back = not (self._is_recurrent or self._is_hybrid)
         if parallel > 1 and not self.can_roll_back:
             raise ValueError(f"parallel={parallel}: {model_path} keeps a recurrent state, which plookup "
-                             f"decodes plainly, one generation at a time; use parallel=1")  # fmt: skip
+                             f"decodes plainly, one generation at a time; use parallel=1")
         if parallel > self.n_batch:
             raise ValueError(f"parallel={parallel} needs n_batch >= {parallel} (one row per slot a step)")
         self.parallel = parallel
@@ -266,7 +262,7 @@ class Llama(llama_cpp.Llama):
         self.exact: Optional[bool] = None
         if not self.can_roll_back:
             warnings.warn(f"plookup: {model_path} keeps a recurrent state that cannot drop rejected "
-                          f"draft tokens; decoding it plainly, without speculation")  # fmt: skip
+                          f"draft tokens; decoding it plainly, without speculation")
         else:
             self.drafter.warm_up()  # load the numba kernels now, not inside the first generation
             if exactness == "auto":
@@ -457,7 +453,7 @@ class Llama(llama_cpp.Llama):
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
             mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, penalize_nl=penalize_nl,
-        )  # fmt: skip
+        )
         tokens = list(tokens) if reset else [*self._input_ids.tolist(), *tokens]
         if not tokens:
             raise ValueError("empty prompt: generation needs at least one token")
@@ -482,7 +478,7 @@ class Llama(llama_cpp.Llama):
                 for token in super().generate(
                     tokens, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
                     grammar=grammar, **sampling,
-                ):  # fmt: skip
+                ):
                     if call.is_cancelled():
                         return
                     if call.logprobs is not None:  # the row it was sampled from is the newest

@@ -31,7 +31,7 @@ def check_logprobs(logprobs, echo: bool) -> None:
         raise ValueError(f"logprobs must be an integer >= 0, the alternatives given per token; got {logprobs!r}")
     if echo:
         raise ValueError("logprobs with echo=True: plookup gives the logprobs of generated tokens only, "
-                         "not the prompt's (it computes no row for the prompt's tokens); ask without echo")  # fmt: skip
+                         "not the prompt's (it computes no row for the prompt's tokens); ask without echo")
 
 
 class Listing:

@@ -20,13 +20,13 @@ def register(commands) -> None:
         "build", help="tokenize files with a model's tokenizer into a corpus index",
         description="Index files, folders and globs (skipping binaries, what .gitignore excludes and "
                     "files over --max-file-bytes) with MODEL's tokenizer into FILE.",
-    )  # fmt: skip
+    )
     build.add_argument("paths", nargs="+", metavar="PATH", help="files, folders, globs ('src/**/*.py')")
     build.add_argument("-o", "--output", required=True, metavar="FILE", help="the index file to write")
     build.add_argument("-m", "--model", metavar="MODEL",
-                       help="GGUF file or model name whose tokenizer to use (default: the bundled SmolLM2)")  # fmt: skip
+                       help="GGUF file or model name whose tokenizer to use (default: the bundled SmolLM2)")
     build.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES,
-                       help=f"skip larger files (default {DEFAULT_MAX_FILE_BYTES})")  # fmt: skip
+                       help=f"skip larger files (default {DEFAULT_MAX_FILE_BYTES})")
     build.set_defaults(func=cmd_build)
 
 

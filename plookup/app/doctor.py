@@ -13,7 +13,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import sys
 import traceback
 from collections import Counter
 from dataclasses import asdict
@@ -35,17 +34,19 @@ from ..measure.exactness import (
 )
 from .models import quantized_path, resolve_model
 from .options import add_model_options
-from .tables import grid
+from .tables import grid, notes
+
+note = notes("doctor")
 
 
 def register(commands) -> None:
     doctor = commands.add_parser(
         "doctor", help="what speculation gains here, and whether its output is exact, for one model",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     add_model_options(doctor)
     doctor.add_argument("--quants", default="", metavar="Q,Q",
-                        help="also measure these requantizations of the model, e.g. q8_0,q4_0")  # fmt: skip
+                        help="also measure these requantizations of the model, e.g. q8_0,q4_0")
     doctor.add_argument("--json", metavar="FILE", help="write the report as JSON")
     doctor.set_defaults(func=cmd_doctor)
 
@@ -69,7 +70,7 @@ def diagnose(path: str, threads: int, n_ctx: int, quants: list[str]) -> dict:
         model=path, tensor_types=tensor_types(path), llamafile=llamafile_in_build(),
         llama_cpp_python=llama_cpp.__version__, system_info=llama_cpp.llama_print_system_info().decode().strip(),
         threads=threads, configs=[],
-    )  # fmt: skip
+    )
     report["quant"] = file_type(report["tensor_types"])
     for i, settings in enumerate(SETTINGS_TO_PROBE, 1):
         note(f"[{i}/{len(SETTINGS_TO_PROBE)}] {settings.label()}")
@@ -103,7 +104,7 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
     from ..api.llama import Llama  # the probe needs plookup's two-sequence context
 
     llm = Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=settings.flash_attn,
-                use_extra_bufts=settings.repack, cost_curve=None, exactness=None, backend_sampling=False)  # fmt: skip
+                use_extra_bufts=settings.repack, cost_curve=None, exactness=None, backend_sampling=False)
     invariance = probe_invariance(llm)
     slots = probe_slots(llm)
     cost = measure_cost_curve(llm)
@@ -119,7 +120,7 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) ->
         cost=cost.tolist(), best_n=best_n, ceiling=ceiling, prompt_tps=prompt_tps, decode_tps=decode_tps,
         slot_rows={layout: (sum(c.equal for c in slots if c.layout == layout), sum(c.rows for c in slots if c.layout == layout))
                    for layout in ("unified", "streams")},
-    )  # fmt: skip
+    )
 
 
 def measure_host(llm, tokens: int = 48) -> dict:
@@ -147,7 +148,7 @@ def measure_host(llm, tokens: int = 48) -> dict:
             wall = time.perf_counter() - start
             host = wall - clock.decode_seconds
             out[name] = dict(us_per_token=1e6 * host / tokens, us_per_decode=1e6 * host / clock.decodes,
-                             decode_ms=1e3 * clock.decode_seconds / clock.decodes, ms_per_token=1e3 * wall / tokens)  # fmt: skip
+                             decode_ms=1e3 * clock.decode_seconds / clock.decodes, ms_per_token=1e3 * wall / tokens)
     finally:
         llm.drafter.max_draft = own
         llm.reset()
@@ -205,14 +206,14 @@ def render(report: dict) -> str:
     types = ", ".join(f"{t} {n}" for t, n in report["tensor_types"].items())
     header = ("setting", "exact", "single rows", "two-branch rows", "beside a 2nd slot: unified / streams", "max |Δ|",
               "ceiling", "prompt tok/s", "decode tok/s", "host us/tok: no draft | drafting, per step",
-              "greedy ms/tok: host -> backend sampling")  # fmt: skip
+              "greedy ms/tok: host -> backend sampling")
     rows = []
     for c in report["configs"]:
         rows.append((
             Settings(**c["settings"]).label(), "yes" if c["invariant"] else "no",
             "{}/{}".format(*c["single_rows"]), "{}/{}".format(*c["branch_rows"]), _slot_rows(c), f"{c['max_delta']:.2g}",
             f"{c['ceiling']:.2f}x (n={c['best_n']})", f"{c['prompt_tps']:.0f}", f"{c['decode_tps']:.1f}", _host(c), _backend(c),
-        ))  # fmt: skip
+        ))
     lines = [
         f"model: {report['model']}",
         f"  tensors: {types}",
@@ -252,5 +253,3 @@ def _slot_rows(config: dict) -> str:
     return " / ".join("{}/{}".format(*slots[k]) for k in ("unified", "streams")) if slots else "-"
 
 
-def note(message: str) -> None:
-    print(f"plookup doctor: {message}", file=sys.stderr, flush=True)

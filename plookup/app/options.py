@@ -19,26 +19,26 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "-m", "--model", metavar="MODEL",
         help="GGUF file, or a name of `plookup models list` (e.g. qwen-coder-0.5b:q8_0), fetched on "
              "first use (default: the bundled SmolLM2-135M)",
-    )  # fmt: skip
+    )
     parser.add_argument("--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count(),
         help="threads for single-token and batched decoding alike (default: all cores)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--max-draft", type=int, default=DEFAULT_MAX_DRAFT,
         help=f"most draft tokens per step (default {DEFAULT_MAX_DRAFT})",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--flash-attn", choices=("on", "off"),
         help="llama.cpp's flash attention (default: llama_cpp's, off, unless `plookup doctor` chose "
              "settings for the model; on was 19%% faster on 2 cores with SmolLM2 at 2 slots)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--backend-sampling", choices=("on", "off"),
         help="sample greedy rows inside llama.cpp's graph, reading token ids instead of logits "
              "(default: what `plookup doctor` found faster for the model, else off)",
-    )  # fmt: skip
+    )
 
 
 def add_drafter_option(parser: argparse.ArgumentParser) -> None:
@@ -47,18 +47,18 @@ def add_drafter_option(parser: argparse.ArgumentParser) -> None:
         "--memory", metavar="PATH",
         help="cross-request memory (suffix drafter): drafts also from earlier requests; loaded from "
              "PATH at start when present, saved there (owner-only) on a clean exit",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--corpus", metavar="FILE",
         help="also draft from a corpus of your files (suffix drafter): the one index file that "
              "`plookup corpus build PATH... -o FILE -m MODEL` wrote for this model (build one file "
              "from every folder you want in it); refused when built for another model",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--memory-tokens", type=int, metavar="N",
         help=f"the memory's bound in tokens, oldest requests dropped first (default: the file's, "
              f"else {DEFAULT_MEMORY_TOKENS})",
-    )  # fmt: skip
+    )
 
 
 def model_kwargs(args: argparse.Namespace) -> dict:
@@ -90,7 +90,7 @@ def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int
 
         memory = open_memory(args, kwargs["model_path"])
         return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel,
-                     decode_thread=decode_thread, corpus=getattr(args, "corpus", None), **kwargs)  # fmt: skip
+                     decode_thread=decode_thread, corpus=getattr(args, "corpus", None), **kwargs)
     import llama_cpp
 
     return llama_cpp.Llama(**llama_cpp_kwargs(kwargs))
@@ -112,7 +112,7 @@ def open_memory(args: argparse.Namespace, model_path: str) -> Optional[GlobalMem
             return GlobalMemory.load(args.memory, model_vocabulary(model_path), args.memory_tokens)
         except ValueError as e:
             print(f"plookup: {e}; starting with an empty memory (the file is replaced on a clean exit)",
-                  file=sys.stderr)  # fmt: skip
+                  file=sys.stderr)
     return GlobalMemory(args.memory_tokens or DEFAULT_MEMORY_TOKENS)
 
 

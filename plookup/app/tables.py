@@ -1,8 +1,14 @@
-"""Plain-text tables for the commands' reports (bench, doctor)."""
+"""Plain text for the commands' reports (bench, doctor): tables, and progress notes on stderr."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import sys
+from typing import Callable, Sequence
+
+
+def notes(command: str) -> Callable[[str], None]:
+    """A note for each step of `plookup COMMAND`, on stderr (stdout keeps the report)."""
+    return lambda message: print(f"plookup {command}: {message}", file=sys.stderr, flush=True)
 
 
 def grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -50,9 +50,6 @@ DEFAULT_MAX_DRAFT = 64
 # The LlamaDraftModel adapter has no verdict channel and pays llama-cpp-python's logits_all verify
 # cost, so it drafts a fixed length like llama_cpp's own prompt-lookup drafter.
 ADAPTER_MAX_DRAFT = 10
-# The most history tokens a corpus lookup matches: longer matches say little more (the policy's
-# buckets are doubling lengths) and each lookup's cost grows with its context.
-CORPUS_MAX_MATCH = DEFAULT_MAX_MATCH
 
 
 def check_max_draft(max_draft) -> int:
@@ -136,7 +133,7 @@ class IndexDrafter(LlamaDraftModel):
         k = int(uncertain[0])
         alt, alt_agree = self._alternative(candidate, k, max_draft - k - 1)  # leave draft[k] a place
         n_a, n_b = self.policy.choose_branches(candidate.match_length, candidate.agree, k, alt_agree, max_draft,
-                                               source=candidate.source)  # fmt: skip
+                                               source=candidate.source)
         if n_a == 0:
             return None
         return n_a, Branch(k, alt[:n_b])
@@ -202,13 +199,15 @@ class SuffixDrafter(IndexDrafter):
     """
 
     def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None, max_draft: int = DEFAULT_MAX_DRAFT,
-                 corpus: CorpusIndex | None = None):  # fmt: skip
+                 corpus: CorpusIndex | None = None):
         super().__init__(SuffixIndex(), min_match, max_draft)
         self.memory = memory
         self._cursor = memory.cursor() if memory is not None else None
         self._fed = 0  # history tokens fed to the cursor since its start
         self.corpus: CorpusIndex | None = corpus
-        self.corpus_match = CORPUS_MAX_MATCH
+        # The most history tokens a corpus lookup matches, the request's own bound: longer matches
+        # say little more (the policy's buckets are doubling lengths) and a lookup's cost grows with them.
+        self.corpus_match = DEFAULT_MAX_MATCH
 
     def use_corpus(self, corpus: Optional[CorpusIndex]) -> None:
         self.corpus = corpus
@@ -311,7 +310,7 @@ DRAFTERS = {"suffix": SuffixDrafter, "ngram": NgramDrafter}
 def make_drafter(
     name: str = "suffix", max_draft: int = DEFAULT_MAX_DRAFT, memory: Optional[GlobalMemory] = None,
     cost_curve=None, corpus: Optional[CorpusIndex] = None,
-) -> IndexDrafter:  # fmt: skip
+) -> IndexDrafter:
     """The drafter `name` ("suffix" or "ngram") with its defaults: the one way plookup.Llama, the
     command line, the benchmark and the server build one. ``memory``, ``corpus``: suffix drafter only."""
     if name not in DRAFTERS:

@@ -143,7 +143,7 @@ class DraftPolicy:
     def choose_branches(
         self, match_length: int, agree: np.ndarray, branch_point: int, alt_agree: np.ndarray,
         max_total: int, source: str = REQUEST,
-    ) -> tuple[int, int]:  # fmt: skip
+    ) -> tuple[int, int]:
         """(n_a, n_b): verify draft[:n_a] and, beside it in the same batch, the alternative
         branch draft[:branch_point] + alt[:n_b] (at most max_total draft tokens in all), when
         that beats the best single draft in expected tokens per cost; (0, 0) otherwise.
@@ -157,7 +157,7 @@ class DraftPolicy:
         n_a, n_b = best_two_branches(
             match_length, agree, branch_point, alt_agree, max_total, hits, trials, self.cost,
             MIN_PREFIX_PROBABILITY,
-        )  # fmt: skip
+        )
         return int(n_a), int(n_b)
 
     def observe(self, match_length: int, drafted: int, accepted: int, source: str = REQUEST) -> None:

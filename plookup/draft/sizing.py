@@ -10,10 +10,9 @@ Two layouts of the cache, two step costs:
 
 - one unified cache (:func:`size_batch`): a step of r rows costs cost(r);
 - a KV stream per slot (:func:`size_streams`, the engine's layout with several slots): each row
-  attends over its own slot's cells only (measured on this repository's 2-core machine,
-  Qwen2.5-Coder-0.5B Q8_0, 8 slots decoding plainly: a step of 8 rows took 104-117 ms against 141
-  ms in one unified cache), but uneven drafts cost more there than their rows:
-  see :func:`streams_step_cost`.
+  attends over its own slot's cells only, so a step is cheaper than in one unified cache
+  (BENCHMARKS.md, "Figures behind the code's choices"), but uneven drafts cost more there than
+  their rows: see :func:`streams_step_cost`.
 """
 
 from __future__ import annotations

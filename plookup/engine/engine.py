@@ -41,6 +41,7 @@ import numpy as np
 
 from ..draft.sizing import size_batch, size_streams
 from ..draft.values import CORPUS, MEMORY, NO_DRAFT, Draft
+from ..verify.accept import accept
 from ..verify.backend import BackendGreedy, Chains
 from ..verify.rows import decode_chunks, fill, last_row_logits, sequence_rows, verify_rows
 from .slot import Generation, Slot
@@ -69,7 +70,7 @@ class Engine:
     """The slots of one ``plookup.Llama`` and the step that advances them all."""
 
     def __init__(self, llm, n_slots: int, branch_sequences: bool = True, shared_exact: bool = False,
-                 streams: bool = False):  # fmt: skip
+                 streams: bool = False):
         """`branch_sequences`: the context has a second sequence per slot for a draft's branch
         (without, drafts must carry none). `shared_exact`: a slot's rows beside other slots' are
         bitwise its lone decode here (measured: :func:`plookup.measure.exactness.probe_slots`).
@@ -82,6 +83,7 @@ class Engine:
         self.slots += [Slot(i, i, branch(i), size=size) for i in range(1, n_slots)]
         self.shared_exact = shared_exact
         self.size_drafts = size_streams if streams else size_batch  # several slots' drafts together
+        self.accept = accept  # the acceptance rule (a pure function, plookup.verify.accept)
         # The context: held by whoever steps or changes the cache, never waited for by a thread
         # that has something else to do (a lock is not fair, and a consumer stepping in a loop
         # would get it back before a waiting one woke up).
@@ -396,7 +398,7 @@ class Engine:
         if self.trace is not None:
             self.trace.append(StepRecord(began, decoding_began - began, decoded - decoding_began,
                                          time.perf_counter() - decoded, len(rows), [len(d) for d in drafts],
-                                         accepted, sum(len(chunk) for _, _, chunk in chunks)))  # fmt: skip
+                                         accepted, sum(len(chunk) for _, _, chunk in chunks)))
 
     def _drafts(self, decoding: list[Generation], reserve: int) -> list[Draft]:
         """Each decoding generation's draft; `reserve` rows stay free for prefill chunks."""
@@ -454,7 +456,7 @@ class Engine:
         sampling (what the host spends reading the rows)."""
         begin = time.perf_counter()
         try:
-            return self.llm.acceptance(draft, self._sample(gen, start), self._stop(gen, n_past, start), branch)
+            return self.accept(draft, self._sample(gen, start), self._stop(gen, n_past, start), branch)
         finally:
             gen.call.stats.sample_seconds += time.perf_counter() - begin
 
@@ -533,7 +535,7 @@ class Engine:
         """The memory refused to drop rejected draft tokens: never go on with them in it. Warn,
         stop drafting on this model, and rebuild the sequence from its verified tokens[:n]."""
         warnings.warn("plookup: llama.cpp could not remove rejected draft tokens from the cache; "
-                      "re-evaluating the verified tokens and decoding this model plainly from now on")  # fmt: skip
+                      "re-evaluating the verified tokens and decoding this model plainly from now on")
         self.llm.can_roll_back = False
         tokens = slot.tokens[:n].tolist()
         if not self._seq_rm(slot.seq, 0):

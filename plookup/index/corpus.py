@@ -68,7 +68,7 @@ class CorpusIndex:
     :func:`build_corpus`, keep with :meth:`save`, map back with :meth:`load`."""
 
     def __init__(self, text: np.ndarray, suffixes: np.ndarray, vocabulary: str = "",
-                 sources: Iterable[str] = (), path: Optional[str] = None):  # fmt: skip
+                 sources: Iterable[str] = (), path: Optional[str] = None):
         self._text, self._sa = text.view(), suffixes.view()
         self._text.flags.writeable = self._sa.flags.writeable = False
         self._starts = sa_kernels.first_token_starts(text)  # 4 bytes per id up to the largest
@@ -79,7 +79,7 @@ class CorpusIndex:
 
     @classmethod
     def from_documents(cls, documents: Iterable, vocabulary: str = "",
-                       sources: Optional[Iterable[str]] = None) -> "CorpusIndex":  # fmt: skip
+                       sources: Optional[Iterable[str]] = None) -> "CorpusIndex":
         """An index over `documents` (token sequences; empty ones are dropped) for `vocabulary`."""
         docs = [d for d in map(_document, documents) if d.size]
         if docs and max(int(d.max()) for d in docs) > MAX_TOKEN:
@@ -119,7 +119,7 @@ class CorpusIndex:
         context = context[-max_match:]
         return CorpusMatch._make(sa_kernels.corpus_lookup(  # (numba returns Python ints)
             self._text, self._sa, self._starts, context, int(max_match), int(max_draft)
-        ))  # fmt: skip
+        ))
 
     def warm_up(self) -> None:
         """Compile (or load from numba's cache) the lookup kernels now."""
@@ -133,7 +133,7 @@ class CorpusIndex:
         header = json.dumps({
             "vocabulary": self.vocabulary, "text": int(self._text.size), "suffixes": int(self._sa.size),
             "documents": self.documents, "sources": self.sources,
-        }).encode("utf-8")  # fmt: skip
+        }).encode("utf-8")
         text, sa = self._text.astype("<i4", copy=False), self._sa.astype("<i4", copy=False)
         data_crc = zlib.crc32(sa, zlib.crc32(text))
         prelude = PRELUDE.pack(MAGIC, VERSION, len(header), zlib.crc32(header), data_crc)
@@ -188,7 +188,7 @@ class CorpusIndex:
         text, sa = text.astype(np.int32, copy=False), sa.astype(np.int32, copy=False)  # native order
         documents = n_text - n_sa
         if n_text and (text[-1] != SEP or (n_sa and (int(sa.min()) < 0 or int(sa.max()) >= n_text))
-                       or int(text.min()) < 0 or int(text[text != SEP].max(initial=0)) > MAX_TOKEN):  # fmt: skip
+                       or int(text.min()) < 0 or int(text[text != SEP].max(initial=0)) > MAX_TOKEN):
             raise ValueError(f"{path}: corrupt corpus index (arrays out of range)")
         if documents != header["documents"] or (verify and int(np.count_nonzero(text == SEP)) != documents):
             raise ValueError(f"{path}: corrupt corpus index (document count does not add up)")
@@ -212,7 +212,7 @@ def _parse_header(path: str, raw: bytes) -> dict:
         ok = (isinstance(header, dict) and isinstance(header.get("vocabulary"), str)
               and isinstance(header.get("sources"), list)
               and all(isinstance(header.get(k), int) and header[k] >= 0 for k in ("text", "suffixes", "documents"))
-              and header["suffixes"] <= header["text"])  # fmt: skip
+              and header["suffixes"] <= header["text"])
     except (UnicodeDecodeError, json.JSONDecodeError):
         ok = False
     if not ok:
@@ -270,7 +270,7 @@ def _read_and_tokenize(path: Path, tokenize) -> tuple[Optional[str], Optional[np
 
 def build_corpus(paths: Iterable, tokenizer, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                  progress: Optional[Callable[[int, int, Path], None]] = None,
-                 threads: int = TOKENIZER_THREADS) -> tuple[CorpusIndex, CorpusReport]:  # fmt: skip
+                 threads: int = TOKENIZER_THREADS) -> tuple[CorpusIndex, CorpusReport]:
     """Index the files under `paths` (files, folders, globs; see :mod:`plookup.index.corpus_files`) with
     `tokenizer` (a llama_cpp.Llama, or a GGUF path loaded vocabulary only), on `threads` threads
     (llama.cpp's tokenizer runs without the GIL). ``progress(done, total, path)`` is called as each

@@ -130,7 +130,7 @@ class GlobalMemory:
             lengths = np.array(self._lengths, dtype=np.int64)
         write_atomically(path, lambda f: np.savez(
             f, max_tokens=np.int64(self.max_tokens), lengths=lengths, tokens=tokens, vocabulary=np.str_(vocabulary),
-        ))  # fmt: skip
+        ))
 
     @classmethod
     def load(cls, path, vocabulary: Optional[str] = None, max_tokens: Optional[int] = None) -> "GlobalMemory":

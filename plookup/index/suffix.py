@@ -108,13 +108,9 @@ class SuffixIndex(TokenArrays):
         )
         return int(state), int(length)
 
-    def match_end(self, state: int, length: int) -> int:
-        """Most recent end index in the history of the matched string (-1 for no match)."""
-        return int(self._states[state, sam.RECENT]) if length >= 1 and state > 0 else -1
-
     def state_continuation(self, state: int, length: int, max_len: int):
         """(draft, agree) for a streaming match: up to `max_len` tokens that followed the
-        matched string's most recent occurrence (`match_end`), clipped at the end of the
+        matched string's most recent occurrence (its state's RECENT end), clipped at the end of the
         history, and for each the fraction of the context's followed occurrences that
         continued with it (exact as for `continuation`)."""
         return sam.sam_state_continuation(

@@ -160,7 +160,7 @@ def curve_key(llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N) -> str:
         params.n_threads, params.n_threads_batch, params.n_batch, params.n_ubatch,
         int(params.flash_attn_type), params.type_k, params.type_v, llm.model_params.n_gpu_layers,
         llama_cpp.llama_print_system_info().decode(), max_n,
-    ]  # fmt: skip
+    ]
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
 
@@ -173,4 +173,4 @@ def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.n
         parse=lambda data: validate_cost_curve(data["cost"]),
         measure=lambda: measure_cost_curve(llm, max_n),
         serialize=lambda cost: {"model": llm.model_path, "cost": cost.tolist()},
-    )  # fmt: skip
+    )

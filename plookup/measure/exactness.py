@@ -135,11 +135,6 @@ class Invariance:
         return bool(singles) and all(c.equal == c.rows for c in singles)
 
     @property
-    def invariant(self) -> bool:
-        """Verification can be exact: single-draft batches are (two-branch ones can be left out)."""
-        return self.single_invariant
-
-    @property
     def exact_rows(self) -> int:
         """The largest probed batch size n such that every single-draft batch of up to n rows
         was bitwise single-token decoding (1: not even the smallest)."""
@@ -167,7 +162,7 @@ class Invariance:
             checks = [c for c in self.checks if c.two_branch == branch]
             worst = max((c.max_delta for c in checks), default=0.0)
             parts.append(f"{name} {sum(c.equal for c in checks)}/{sum(c.rows for c in checks)} rows"
-                         + (f" (max |Δ| {worst:.2g})" if worst else ""))  # fmt: skip
+                         + (f" (max |Δ| {worst:.2g})" if worst else ""))
         if not self.single_invariant:
             parts.append(f"single-draft batches exact up to {self.exact_rows} rows")
         return ", ".join(parts)
@@ -359,7 +354,7 @@ def cached_slot_invariance(llm, max_n: int = DEFAULT_MAX_N) -> list[SlotCheck]:
         parse=lambda data: [SlotCheck(**c) for c in data["checks"]],
         measure=lambda: probe_slots(llm, max_n),
         serialize=lambda checks: {"model": llm.model_path, "checks": [asdict(c) for c in checks]},
-    )  # fmt: skip
+    )
 
 
 def cached_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
@@ -371,7 +366,7 @@ def cached_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
         parse=lambda data: Invariance([RowCheck(**c) for c in data["checks"]]),
         measure=lambda: probe_invariance(llm, max_n),
         serialize=lambda result: {"model": llm.model_path, "checks": [asdict(c) for c in result.checks]},
-    )  # fmt: skip
+    )
 
 
 # -- what the doctor measured, kept per model and build: plookup.Llama reads the settings from it
@@ -467,21 +462,21 @@ def advise(report: dict, other_build: Optional[dict] = None) -> list[str]:
     lines = []
     if default["ceiling"] < 1.05:
         lines.append(f"speculation cannot pay here: verifying n tokens costs about n single decodes "
-                     f"(best {default['ceiling']:.2f}x)")  # fmt: skip
+                     f"(best {default['ceiling']:.2f}x)")
     else:
         lines.append(f"speculation pays here up to {default['ceiling']:.2f}x plain decoding (an always-right "
-                     f"drafter verifying {default['best_n']} tokens a step); copy-heavy work gets a share of it")  # fmt: skip
+                     f"drafter verifying {default['best_n']} tokens a step); copy-heavy work gets a share of it")
     exact = exact_setting(report["configs"])
     if default["invariant"]:
         lines.append("output is exact with llama_cpp's default settings: greedy text is bit-identical to "
-                     "plain decoding, and sampling keeps the model's distribution exactly")  # fmt: skip
+                     "plain decoding, and sampling keeps the model's distribution exactly")
     elif exact is not None:
         settings = Settings(**exact["settings"])
         lines.append(f"output is exact with {settings.label()}: {_price(default, exact)}; plookup.Llama "
-                     f"applies these settings for this model once this report is cached")  # fmt: skip
+                     f"applies these settings for this model once this report is cached")
     else:
         lines.append(f"output is not exact with this build ({default['summary']}): greedy text may differ "
-                     f"from plain decoding where its two best tokens are near-tied")  # fmt: skip
+                     f"from plain decoding where its two best tokens are near-tied")
         if report["llamafile"]:
             lines.append(_exact_build_line(other_build, default))
     if (backend := _backend_line(exact if exact is not None else default)) is not None:
@@ -493,7 +488,7 @@ def advise(report: dict, other_build: Optional[dict] = None) -> list[str]:
             current = report.get("quant", "this file")
             lines.append(f"{best.upper()} verifies cheaper than {current} here: ceiling {quants[best]:.2f}x "
                          f"vs {default['ceiling']:.2f}x (requantized from this file: "
-                         f"`-m MODEL:{best}`)")  # fmt: skip
+                         f"`-m MODEL:{best}`)")
     return lines
 
 
@@ -514,7 +509,7 @@ def _backend_line(config: dict) -> Optional[str]:
 def _price(base: dict, other: dict) -> str:
     return (f"ceiling {base['ceiling']:.2f}x -> {other['ceiling']:.2f}x, prompt "
             f"{base['prompt_tps']:.0f} -> {other['prompt_tps']:.0f} tok/s, decode "
-            f"{base['decode_tps']:.0f} -> {other['decode_tps']:.0f} tok/s")  # fmt: skip
+            f"{base['decode_tps']:.0f} -> {other['decode_tps']:.0f} tok/s")
 
 
 def _exact_build_line(other_build: Optional[dict], default: dict) -> str:

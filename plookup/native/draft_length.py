@@ -122,7 +122,7 @@ def _branch_gains(match_length, first, p_before, agree, hits, trials):
 def best_two_branches(
     match_length, agree, branch_point, alt_agree, max_total, hits, trials, cost,
     min_prefix_probability,
-):  # fmt: skip
+):
     """(n_a, n_b): verify agree's draft[:n_a] and draft[:branch_point] + alt[:n_b] together, in a
     batch of 1 + n_a + n_b tokens, when that beats the best single-branch draft in expected tokens
     per cost; (0, 0) otherwise. Both branches must hold at least one token past the branch point.

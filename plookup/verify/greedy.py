@@ -79,7 +79,7 @@ class GreedyRows:
 def greedy_rows(
     n_vocab: int, last_n: int, temp: float, grammar, repeat_penalty: float,
     frequency_penalty: float, presence_penalty: float, **_,
-) -> Optional[GreedyRows]:  # fmt: skip
+) -> Optional[GreedyRows]:
     """A :class:`GreedyRows` where it picks the chain's token (llama_cpp's sampling arguments),
     else None: sampling at random, a grammar, frequency or presence penalties."""
     if temp != 0 or grammar is not None or frequency_penalty != 0 or presence_penalty != 0:

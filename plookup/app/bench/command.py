@@ -21,6 +21,7 @@ import numpy as np
 from ...draft.drafters import make_drafter
 from ...measure.costs import measure_cost_curve, oracle_speedup
 from ..options import add_model_options, llama_cpp_kwargs, model_kwargs
+from ..tables import notes
 from . import report as bench_report
 from .concurrency import DEFAULT_KINDS
 from .measure import (
@@ -35,6 +36,8 @@ from .replay import load_recorded, replay, replay_speedups
 from .systems import BACKEND_SYSTEM, CORPUS_SYSTEM, IN_PROCESS_SYSTEMS, MEMORY_SYSTEM
 from .workloads import whole_file_workloads
 
+note = notes("bench")
+
 DEFAULT_REPEATS, DEFAULT_MAX_TOKENS = 3, 200
 QUICK_REPEATS, QUICK_MAX_TOKENS = 1, 96
 REPLAY_DRAFTERS = ("suffix", "ngram")
@@ -48,68 +51,68 @@ def register(commands) -> None:
     bench = commands.add_parser(
         "bench", help="compare plain, PLD and plookup decoding on real workloads",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     add_model_options(bench)  # no --drafter: every plookup drafter is a system of its own
     bench.add_argument("--repeats", type=int, help=f"runs of each system per workload (default {DEFAULT_REPEATS})")
     bench.add_argument("--max-tokens", type=int, help=f"tokens per generation (default {DEFAULT_MAX_TOKENS})")
     bench.add_argument("--quick", action="store_true",
-                       help=f"3 workloads, {QUICK_REPEATS} repeat, {QUICK_MAX_TOKENS} tokens: 1-2 minutes")  # fmt: skip
+                       help=f"3 workloads, {QUICK_REPEATS} repeat, {QUICK_MAX_TOKENS} tokens: 1-2 minutes")
     bench.add_argument("--whole-files", type=int, default=DEFAULT_WHOLE_FILES, metavar="N",
                        help=f"also N whole-file edits, run with n_ctx {WHOLE_FILE_N_CTX} and up to "
-                            f"{WHOLE_FILE_MAX_TOKENS} tokens (default {DEFAULT_WHOLE_FILES}; none with --quick)")  # fmt: skip
+                            f"{WHOLE_FILE_MAX_TOKENS} tokens (default {DEFAULT_WHOLE_FILES}; none with --quick)")
     bench.add_argument("--workload", metavar="FILE.jsonl",
-                       help='your own workloads instead: {"messages": [...], "kind"?: "copy"|"free", "name"?} a line')  # fmt: skip
+                       help='your own workloads instead: {"messages": [...], "kind"?: "copy"|"free", "name"?} a line')
     bench.add_argument("--systems", default=",".join(IN_PROCESS_SYSTEMS),
                        help=f"comma-separated in-process systems (default: {', '.join(IN_PROCESS_SYSTEMS)}; "
                             f"plain is required; {BACKEND_SYSTEM}: the suffix drafter with greedy rows sampled "
-                            f"on the backend)")  # fmt: skip
+                            f"on the backend)")
     bench.add_argument("--memory", metavar="PATH",
                        help=f"also run {MEMORY_SYSTEM}: the suffix drafter with the cross-request memory that "
                             "`serve`/`generate --memory PATH` saved, read only (the bench's own requests "
-                            "are not added to it)")  # fmt: skip
+                            "are not added to it)")
     bench.add_argument("--corpus", metavar="FILE",
                        help=f"also run {CORPUS_SYSTEM}: the suffix drafter that drafts also from this corpus index "
-                            "(one file of `plookup corpus build PATH... -o FILE -m MODEL`, for the benched model)")  # fmt: skip
+                            "(one file of `plookup corpus build PATH... -o FILE -m MODEL`, for the benched model)")
     bench.add_argument("--workloads", choices=("standard", "corpus"), default="standard",
                        help="the built-in workloads: standard (code edits, proofreading, questions), or corpus "
                             "(new code against a project and libraries the prompt does not show, and "
-                            "proofreading; for --corpus, see plookup.app.bench.workloads.corpus_workloads)")  # fmt: skip
+                            "proofreading; for --corpus, see plookup.app.bench.workloads.corpus_workloads)")
     bench.add_argument("--temperature", type=float, default=0.0,
-                       help="sampling temperature (default 0: greedy); identity vs plain is then moot")  # fmt: skip
+                       help="sampling temperature (default 0: greedy); identity vs plain is then moot")
     bench.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: from PATH)")
     bench.add_argument("--seed", type=int, default=0, help="seed of the built-in workloads' typos and edits")
     bench.add_argument("--json", metavar="FILE", help="write every figure, prompt and output as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="write the speedup and acceptance chart")
     bench.add_argument("--replay", metavar="FILE",
                        help="no model: replay the drafters on outputs recorded by --json (or JSONL of "
-                            "prompt_tokens/output_tokens)")  # fmt: skip
+                            "prompt_tokens/output_tokens)")
     bench.add_argument("--cost-curve", metavar="FILE|flat",
                        help="with --replay: model the drafts under this verify-cost curve instead of the recorded "
                             "one, e.g. another machine's (plookup doctor --json, plookup bench --json, or a JSON "
                             "list of costs relative to one token); flat: every batch up to max-draft + 1 tokens "
-                            "costs one decode, the limit of memory-bound hardware")  # fmt: skip
+                            "costs one decode, the limit of memory-bound hardware")
     bench.add_argument("--concurrency", metavar="LIST",
                        help="e.g. 1,4,8: instead of the single-stream comparison, that many clients at once on "
-                            "a model with as many slots, plain batched vs plookup (see plookup.app.bench.concurrency)")  # fmt: skip
+                            "a model with as many slots, plain batched vs plookup (see plookup.app.bench.concurrency)")
     bench.add_argument("--per-kind", type=int, default=4, metavar="N",
-                       help="with --concurrency: distinct prompts per workload kind (default 4)")  # fmt: skip
+                       help="with --concurrency: distinct prompts per workload kind (default 4)")
     bench.add_argument("--rounds", type=int, default=1, metavar="N",
                        help="with --concurrency: requests each client sends, one after another (default 1); "
-                            "more keep every slot busy, so that a level's throughput is not one batch's tail")  # fmt: skip
+                            "more keep every slot busy, so that a level's throughput is not one batch's tail")
     bench.add_argument("--kinds", metavar="LIST", default=DEFAULT_KINDS,
                        help="with --concurrency: the workload kinds to run, of copy, free, \"random T=1\" and "
                             "apply (whole-file applies of real changes from PyPI releases, long answers; "
-                            f"downloaded with pip once) (default: {DEFAULT_KINDS})")  # fmt: skip
+                            f"downloaded with pip once) (default: {DEFAULT_KINDS})")
     bench.add_argument("--also-max-draft", metavar="LIST", type=lambda text: [int(n) for n in text.split(",")],
                        help="with --concurrency: also run plookup with each of these --max-draft values, side by "
-                            "side with the others (e.g. 16: drafts as long as before they grew)")  # fmt: skip
+                            "side with the others (e.g. 16: drafts as long as before they grew)")
     bench.add_argument("--trace", action="store_true",
                        help="with --concurrency and --json: keep every step of plookup's engine in the JSON (its "
-                            "rows, drafts and accepted tokens, time in llama_decode and on the host)")  # fmt: skip
+                            "rows, drafts and accepted tokens, time in llama_decode and on the host)")
     bench.add_argument("--server-draft-max", metavar="LIST",
                        help="with --concurrency and llama-server: run its n-gram drafters with each of these "
                             "longest drafts (ngram-mod's n-max, ngram-simple's size-m; e.g. 16,64; default: "
-                            "llama-server's own, 64 and 48)")  # fmt: skip
+                            "llama-server's own, 64 and 48)")
     bench.set_defaults(func=cmd_bench)
 
 
@@ -171,11 +174,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if whole_files:
         whole_kwargs = dict(kwargs, n_ctx=max(args.n_ctx, WHOLE_FILE_N_CTX))
         phases.append(Phase("whole-file", whole_kwargs, WHOLE_FILE_MAX_TOKENS, names,
-                            lambda llm, first_answer: whole_file_workloads(args.seed, whole_files)))  # fmt: skip
+                            lambda llm, first_answer: whole_file_workloads(args.seed, whole_files)))
     record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
                   threads=args.threads, max_draft=args.max_draft, temperature=args.temperature, repeats=repeats, memory=args.memory,
                   corpus=args.corpus, workload_set=args.workloads,
-                  workloads=[], phases={})  # fmt: skip
+                  workloads=[], phases={})
     for phase in phases:
         result = run_phase(args, phase, repeats)
         record["phases"][phase.name] = result["record"]
@@ -210,7 +213,7 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
     server = find_server(args)
     record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=model_kwargs(args)["model_path"],
                   threads=args.threads, max_draft=args.max_draft,
-                  concurrency=run(args, model_kwargs(args), levels, note, server))  # fmt: skip
+                  concurrency=run(args, model_kwargs(args), levels, note, server))
     if args.json:
         write_json(args.json, record)
     if args.plot:
@@ -239,7 +242,7 @@ def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
     if "pld" in systems and logits_bytes > PLD_LOGITS_LIMIT:
         systems.remove("pld")  # llama_cpp's speculative path keeps logits for every context position
         note(f"skipping pld here: its logits_all buffer (n_vocab {reference.n_vocab} x n_ctx "
-             f"{phase.kwargs['n_ctx']} x 4 B = {logits_bytes / 2**30:.1f} GiB) is more than a user would allocate")  # fmt: skip
+             f"{phase.kwargs['n_ctx']} x 4 B = {logits_bytes / 2**30:.1f} GiB) is more than a user would allocate")
     runs = run_systems(args, systems, phase, reference, repeats)
     kinds = reference.kinds
     summary = {s: {w: summarize(runs[s][w], *reference.outputs[w]) for w in kinds} for s in runs}
@@ -248,10 +251,10 @@ def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
     pairs = pairwise_speedups(summary, list(kinds))
     print(f"\n== {phase.name} workloads (n_ctx {phase.kwargs['n_ctx']}, up to {phase.max_tokens} tokens) ==")
     bench_report.print_results(summary, kinds, reference.cost, (best_n, oracle), overview, pairs,
-                               reference.bounds, reference.drafter_us)  # fmt: skip
+                               reference.bounds, reference.drafter_us)
     workloads = [dict(name=w.name, kind=w.kind, messages=w.messages, prompt_tokens=reference.prompts[w.name],
                       reference_tokens=reference.outputs[w.name][0], gaps=reference.outputs[w.name][1])
-                 for w in reference.workloads]  # fmt: skip
+                 for w in reference.workloads]
     record = dict(
         n_ctx=phase.kwargs["n_ctx"], max_tokens=phase.max_tokens, systems=systems,
         drafter_us_per_step=reference.drafter_us, cost_curve=reference.cost.tolist(),
@@ -259,7 +262,7 @@ def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
         summary=summary, overview=overview, pairwise=pairs,
         runs={s: {w: [{k: v for k, v in r.items() if k != "tokens"} for r in rs] for w, rs in per.items()}
               for s, per in runs.items()},
-    )  # fmt: skip
+    )
     return dict(record=record, workloads=workloads, summary=summary, kinds=kinds)
 
 
@@ -303,7 +306,7 @@ def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -
         systems += start_servers(args, phase.kwargs, reference.eos)
         progress = bench_report.Progress(repeats * len(reference.prompts) * len(systems))
         runs = run_interleaved(systems, reference.prompts, phase.max_tokens, repeats,
-                               lambda s, w: progress.step(f"{s} {w}"))  # fmt: skip
+                               lambda s, w: progress.step(f"{s} {w}"))
         progress.finish()
     finally:
         for system in systems:
@@ -365,7 +368,7 @@ def given_cost_curve(spec: str, max_draft: int) -> np.ndarray:
         if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
             return value
         children = [value.get("cost_curve"), value.get("cost"), *value.values()] if isinstance(value, dict) else (
-            value if isinstance(value, list) else [])  # fmt: skip
+            value if isinstance(value, list) else [])
         return next((c for c in map(find, children) if c is not None), None)
 
     try:
@@ -401,7 +404,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             steps_with_draft = stats.drafted_per_position[0] if stats.drafted_per_position else 0
             row = [name, drafter_name, str(stats.generated), str(stats.drafted), str(stats.accepted),
                    f"{stats.accepted / steps_with_draft if steps_with_draft else 0:.2f}",
-                   f"{stats.forward_passes / max(1, stats.generated):.2f}"]  # fmt: skip
+                   f"{stats.forward_passes / max(1, stats.generated):.2f}"]
             if cost is not None:
                 row += [f"{modelled:.2f}", f"{oracle:.2f}"]
             rows.append(row)
@@ -414,7 +417,7 @@ def machine() -> dict:
 
     return dict(platform=platform.platform(), processor=platform.processor(), cpus=os.cpu_count(),
                 llama_cpp_python=llama_cpp.__version__,
-                system_info=llama_cpp.llama_print_system_info().decode())  # fmt: skip
+                system_info=llama_cpp.llama_print_system_info().decode())
 
 
 def write_json(path: str, record: dict) -> None:
@@ -422,7 +425,3 @@ def write_json(path: str, record: dict) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
     note(f"wrote {path}")
-
-
-def note(message: str) -> None:
-    print(f"plookup bench: {message}", file=sys.stderr, flush=True)

@@ -79,7 +79,7 @@ def request_sets(llm, seed: int, per_kind: int, kinds=KINDS) -> dict[str, Reques
         "free": lambda: RequestSet(tokens([w for w in workloads if w.kind == "free"][:per_kind]), 0.0, False),
         "random T=1": lambda: RequestSet(random_prompts(), RANDOM_TEMPERATURE, True),
         "apply": lambda: RequestSet(tokens(apply_workloads(per_kind)), 0.0, False, APPLY_MAX_TOKENS),
-    }  # fmt: skip
+    }
     return {kind: made[kind]() for kind in kinds}
 
 
@@ -101,7 +101,7 @@ def parse_kinds(text: str) -> list[str]:
 
 
 def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, seed: int,
-                  through_eog: bool = False) -> dict:  # fmt: skip
+                  through_eog: bool = False) -> dict:
     """One request's tokens, up to `max_tokens` or its end-of-generation token (included, as
     every system of the bench counts it; `through_eog`: on past it), and the time each reached
     its client."""
@@ -117,11 +117,11 @@ def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, s
             if not through_eog and llama_cpp.llama_vocab_is_eog(vocab, token):
                 break
     return dict(start=start, times=times, tokens=tokens, forward_passes=call.stats.forward_passes,
-                accepted=call.stats.accepted)  # fmt: skip
+                accepted=call.stats.accepted)
 
 
 def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature: float,
-             through_eog: bool = False) -> dict:  # fmt: skip
+             through_eog: bool = False) -> dict:
     """All `prompts` from `clients` threads at once, each ``request(prompt, max_tokens,
     temperature, seed, through_eog)`` (:func:`timed_request`'s record): aggregate and
     per-request figures."""
@@ -142,7 +142,7 @@ def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature:
         passes_per_token=None if any(r["forward_passes"] is None for r in done)
         else sum(r["forward_passes"] for r in done) / max(1, tokens),
         outputs=outputs,  # each request's tokens, where the system reports them (plookup's)
-    )  # fmt: skip
+    )
 
 
 def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optional[str] = None) -> dict:
@@ -156,7 +156,7 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
     record = dict(levels=levels, max_tokens=args.max_tokens, cells=[])
     header = ["c", "workload", "system", "tok/s", "decode tok/s", "decode x plain batched",
               "wall x plain batched, mean ± sd of repeats", "bound",
-              "TTFT p50/p95 s", "ITL p50/p95 ms", "passes/tok"]  # fmt: skip
+              "TTFT p50/p95 s", "ITL p50/p95 ms", "passes/tok"]
     rows = []
     for clients in levels:
         note(f"concurrency {clients}: loading the model with {clients} slots")
@@ -172,7 +172,7 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
             eos = llm.token_eos()
             for spec, draft_max in server_systems(args.server_draft_max):
                 note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}"
-                     + (f" --draft-max {draft_max}" if draft_max else ""))  # fmt: skip
+                     + (f" --draft-max {draft_max}" if draft_max else ""))
                 servers.append(ServerSystem(server, spec, kwargs, eos, slots=clients, draft_max=draft_max))
         # The engine's systems by their max_draft (plain batched: 0), then llama-server's.
         local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
@@ -209,13 +209,13 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
                             llm._engine.trace = None
                         cells[system].append(cell)
                         note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
-                             f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")  # fmt: skip
+                             f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")
                 # Greedy outputs, for `plookup bench --replay` under another curve.
                 if temperature == 0 and clients == levels[0]:
                     record.setdefault("recorded", {})[kind] = [
                         dict(name=f"{kind}:{i}", prompt_tokens=prompt, output_tokens=output)
                         for i, (prompt, output) in enumerate(zip(requests.prompts, cells["plain batched"][0]["outputs"]))
-                    ]  # fmt: skip
+                    ]
                 for cell in itertools.chain(*cells.values()):
                     del cell["outputs"]  # kept once, above
                 add_rows(rows, record, clients, kind, bound, cells)
@@ -243,9 +243,9 @@ def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, ce
                      f"{bound:.2f}" if system == "plookup" else "",
                      f"{cell['ttft_p50']:.2f}/{cell['ttft_p95']:.2f}",
                      f"{1e3 * cell['itl_p50']:.0f}/{1e3 * cell['itl_p95']:.0f}",
-                     "-" if cell["passes_per_token"] is None else f"{cell['passes_per_token']:.2f}"])  # fmt: skip
+                     "-" if cell["passes_per_token"] is None else f"{cell['passes_per_token']:.2f}"])
         record["cells"].append(dict(concurrency=clients, workload=kind, system=system, bound=bound,
-                                    runs=cells[system], best=cell, wall_x_plain=paired))  # fmt: skip
+                                    runs=cells[system], best=cell, wall_x_plain=paired))
 
 
 def plot(path: str, record: dict) -> None:
@@ -264,7 +264,7 @@ def plot(path: str, record: dict) -> None:
             ax.plot([c["concurrency"] for c in cells], [c["best"]["decode_tokens_per_second"] for c in cells],
                     marker="o", label=f"{system}, decoding")
             ax.plot([c["concurrency"] for c in cells], [c["best"]["tokens_per_second"] for c in cells],
-                    marker="x", linestyle=":", label=f"{system}, wall (prefills in)")  # fmt: skip
+                    marker="x", linestyle=":", label=f"{system}, wall (prefills in)")
         ax.set_title(kind)
         ax.set_xlabel("concurrent requests (slots)")
         ax.set_ylabel("aggregate tokens/s")

@@ -21,7 +21,7 @@ def host_record(seconds: float, clock: DecodeClock, stats) -> dict:
     draft = stats.draft_seconds
     sample = stats.sample_seconds + clock.sample_seconds
     return dict(decode_s=clock.decode_seconds, decodes=clock.decodes, host_s=host,
-                host_draft_s=draft, host_sample_s=sample, host_other_s=max(0.0, host - draft - sample))  # fmt: skip
+                host_draft_s=draft, host_sample_s=sample, host_other_s=max(0.0, host - draft - sample))
 
 
 def host_microseconds(records, per: str) -> dict:

@@ -29,7 +29,8 @@ def find_llama_server(path: Optional[str]) -> Optional[str]:
     return shutil.which(path) if path else shutil.which("llama-server")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -50,10 +51,10 @@ class ServerSystem:
     """`spec_type` None: the server decodes without drafting."""
 
     def __init__(self, binary: str, spec_type: Optional[str], model_kwargs: dict, eos_token: int, slots: int = 1,
-                 draft_max: Optional[int] = None):  # fmt: skip
+                 draft_max: Optional[int] = None):
         self.name = f"server-{spec_type or 'plain'}" + (f"-{draft_max}" if draft_max else "")
         self.eos_token = eos_token
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         threads = str(model_kwargs["n_threads"])
         flags = ["--spec-type", spec_type] if spec_type else []
@@ -64,7 +65,7 @@ class ServerSystem:
             [binary, "-m", model_kwargs["model_path"], "--host", "127.0.0.1", "--port", str(port),
              "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots), *flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + STARTUP_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -82,7 +83,7 @@ class ServerSystem:
     def _completion(self, prompt: Sequence[int], max_tokens: int, **options) -> urllib.request.Request:
         """A /completion request for the prompt's tokens, prompt caching off."""
         body = dict(prompt=list(map(int, prompt)), n_predict=max_tokens, cache_prompt=False, return_tokens=True,
-                    **options)  # fmt: skip
+                    **options)
         return urllib.request.Request(
             f"{self.url}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
@@ -96,12 +97,12 @@ class ServerSystem:
         return server_record(reply, total, self.eos_token, _peak_rss_mib(self.process.pid))
 
     def stream(self, prompt: Sequence[int], max_tokens: int, temperature: float, seed: int,
-               through_eog: bool = False) -> dict:  # fmt: skip
+               through_eog: bool = False) -> dict:
         """One streamed request of up to `max_tokens` tokens: the time each token reached the
         client, the end-of-generation token included (the server does not send it);
         `through_eog`: on past end-of-generation tokens (llama-server's ignore_eos)."""
         request = self._completion(prompt, max_tokens, temperature=temperature, seed=seed, stream=True,
-                                   ignore_eos=through_eog)  # fmt: skip
+                                   ignore_eos=through_eog)
         start, times = time.perf_counter(), []
         with urllib.request.urlopen(request) as r:
             for line in r:

@@ -17,12 +17,8 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 # Per model (the names of plookup.app.models): below this top-2 logit gap of plain greedy decoding, a
 # verify batch may pick the other token, because llama.cpp's batched kernels round differently from
-# single-token decoding. Measured here (portable build, 2 threads) as the largest change of that gap
-# between single-token decoding and verify batches of 2-8 tokens over 48 positions of a code-edit
-# answer: 0.40 on SmolLM2 (p95 0.27), 0.50 on Gemma 3 (p95 0.29). SmolLM2 keeps 0.3 (no prompt of
-# the test set diverges between 0.3 and 0.4); Gemma's Q4_K_M kernels round more, and a divergence at
-# a gap of 0.36 was traced to rounding alone. Qwen2.5-Coder-0.5B as shipped: 0.39 over 520
-# positions of four code-edit answers (p95 0.18, p99 0.25), hence 0.4.
+# single-token decoding. Each is about the largest change of that gap measured between single-token
+# decoding and verify batches (BENCHMARKS.md, "Figures behind the code's choices").
 NEAR_TIE = {"smollm2": 0.3, "gemma3": 0.6, "qwen-coder-0.5b": 0.4}
 
 

@@ -62,7 +62,7 @@ def wheel(package: str, version: str) -> Path:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-               f"{package}=={version}", "-d", str(folder)]  # fmt: skip
+               f"{package}=={version}", "-d", str(folder)]
     result = subprocess.run(command, capture_output=True, text=True)
     found = sorted(folder.glob(f"{package}-{version}-py3-none-any.whl"))
     if result.returncode != 0 or not found:
@@ -82,7 +82,7 @@ def changes(package: str, old_version: str, new_version: str) -> list[FileChange
     for path in sorted(set(old) & set(new)):
         if old[path] != new[path]:
             diff = "".join(difflib.unified_diff(old[path].splitlines(True), new[path].splitlines(True),
-                                                f"a/{path}", f"b/{path}"))  # fmt: skip
+                                                f"a/{path}", f"b/{path}"))
             found.append(FileChange(package, old_version, new_version, path, old[path], new[path], diff))
     return found
 
@@ -98,10 +98,10 @@ def apply_workloads(count: int, releases=RELEASES) -> list[Workload]:
     per_release = []
     for package, old_version, new_version in releases:
         fit = [c for c in changes(package, old_version, new_version)
-               if MIN_CHARS <= len(c.old) <= MAX_CHARS and 0 < c.changed_lines <= MAX_CHANGED_LINES]  # fmt: skip
+               if MIN_CHARS <= len(c.old) <= MAX_CHARS and 0 < c.changed_lines <= MAX_CHANGED_LINES]
         per_release.append(fit)
     picked = []
     for round_ in range(max((len(f) for f in per_release), default=0)):
         picked += [f[round_] for f in per_release if round_ < len(f)]
     return [Workload(f"apply:{c.package}-{c.old_version}..{c.new_version}:{c.path}", "apply", apply_prompt(c))
-            for c in picked[:count]]  # fmt: skip
+            for c in picked[:count]]

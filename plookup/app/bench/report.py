@@ -79,7 +79,7 @@ def _identity(row: dict) -> str:
 
 def workload_table(summary: dict, kinds: dict[str, str]) -> str:
     header = ("workload", "system", "prefill ms", "TTFT ms", "decode tok/s", "e2e s", "e2e x plain",
-              "drafted", "accepted", "mean acc", "passes/tok", "draft ms", "RSS MiB", "identical")  # fmt: skip
+              "drafted", "accepted", "mean acc", "passes/tok", "draft ms", "RSS MiB", "identical")
     rows = []
     for workload, kind in kinds.items():
         for system in summary:
@@ -90,7 +90,7 @@ def workload_table(summary: dict, kinds: dict[str, str]) -> str:
                 f"{r['drafted']:.0f}", f"{r['accepted']:.0f}", f"{r['mean_accepted']:.2f}",
                 _fmt(r["passes_per_token"], ".2f"), f"{r['draft_s'] * 1000:.1f}",
                 _fmt(r["peak_rss_mib"], ".0f"), _identity(r),
-            ))  # fmt: skip
+            ))
     return grid(header, rows)
 
 
@@ -109,7 +109,7 @@ def host_table(summary: dict, kinds: dict[str, str]) -> str:
                 return sum(c[key][part] for c in cells) / len(cells)
 
             rows.append([system, kind, *(f"{mean('host_us_per_token', p):.0f}" for p in ("host", *PARTS)),
-                         f"{mean('host_us_per_decode', 'host'):.0f}", f"{mean('host_us_per_decode', 'sample'):.0f}"])  # fmt: skip
+                         f"{mean('host_us_per_decode', 'host'):.0f}", f"{mean('host_us_per_decode', 'sample'):.0f}"])
     return grid(header, rows)
 
 

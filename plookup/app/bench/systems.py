@@ -39,7 +39,7 @@ BACKEND_SYSTEM = "plookup-backend"
 PLOOKUP_DRAFTERS = {
     "plookup-suffix": "suffix", "plookup-ngram": "ngram", MEMORY_SYSTEM: "suffix", CORPUS_SYSTEM: "suffix",
     BACKEND_SYSTEM: "suffix",
-}  # fmt: skip
+}
 # llama_cpp's prompt-lookup drafter proposes this many tokens (its own default).
 PLD_DRAFT_TOKENS = 10
 WARM_UP_PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
@@ -128,7 +128,7 @@ def run_record(tokens, prefill_s, ttft_s, total_s, stats: SpecStats, rss_mib) ->
     spec = stats.as_dict()
     spec["generated"] = len(tokens)  # what the caller kept, not what the decoder produced ahead
     return dict(tokens=list(tokens), prefill_s=prefill_s, ttft_s=ttft_s, total_s=total_s,
-                peak_rss_mib=rss_mib, **spec)  # fmt: skip
+                peak_rss_mib=rss_mib, **spec)
 
 
 class FrozenMemory(GlobalMemory):

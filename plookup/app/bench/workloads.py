@@ -45,7 +45,7 @@ QUESTION_SUBJECTS = [
     "itertools.groupby", "functools.lru_cache", "collections.Counter", "os.walk",
     "contextlib.contextmanager", "subprocess.run", "threading.Lock", "pathlib.Path.glob",
     "asyncio.gather", "dataclasses.field",
-]  # fmt: skip
+]
 
 EDIT_KINDS = ("rename", "docstring", "constant", "whole")
 
@@ -125,7 +125,7 @@ def whole_file_edit(module: str, rng: random.Random) -> Workload:
     old = renamable_function(code, rng)
     task = f"Rename the function `{old}` to `{old}_renamed` everywhere in this file."
     messages = [{"role": "system", "content": WHOLE_FILE_SYSTEM},
-                {"role": "user", "content": f"{task}\n\n```python\n{code}```"}]  # fmt: skip
+                {"role": "user", "content": f"{task}\n\n```python\n{code}```"}]
     return Workload(f"whole-file:{module}.py:{old}", "whole-file", messages)
 
 
@@ -251,5 +251,5 @@ def corpus_workloads(seed: int = 0) -> list[Workload]:
     """New code (kind "free": nothing in the prompt to copy) and proofreading (kind "copy")."""
     rng = random.Random(seed)
     loads = [Workload(f"corpus-code:{name}", "free", [{"role": "user", "content": prompt}])
-             for name, prompt in CORPUS_CODE_TASKS]  # fmt: skip
+             for name, prompt in CORPUS_CODE_TASKS]
     return loads + [proofread(source, rng) for source in CORPUS_PROSE_SOURCES]

@@ -168,7 +168,7 @@ class Service:
         # A token is at least one byte: a short text needs no count; a long one is counted once.
         if size > limit and len(self.llm.tokenize(text.encode("utf-8"), add_bos=False)) > limit:
             raise APIError(400, f"the prediction is over the server's limit of {limit} tokens",
-                           param="prediction", code="prediction_too_long")  # fmt: skip
+                           param="prediction", code="prediction_too_long")
 
     async def respond(self, request: Request, body, create_name: str):
         kwargs, prediction = self.arguments(body)

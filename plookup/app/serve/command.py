@@ -19,21 +19,21 @@ def register(commands) -> None:
     add_drafter_option(serve)
     limits = Limits()
     serve.add_argument("--host", default="127.0.0.1",
-                       help="address to listen on (default 127.0.0.1: this machine only; see README before binding elsewhere)")  # fmt: skip
+                       help="address to listen on (default 127.0.0.1: this machine only; see README before binding elsewhere)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument("--model-alias", help="the model id clients send (default: the GGUF file's name)")
     serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                       help=f"require Authorization: Bearer KEY on every route but /health (default: ${API_KEY_ENV})")  # fmt: skip
+                       help=f"require Authorization: Bearer KEY on every route but /health (default: ${API_KEY_ENV})")
     serve.add_argument("--max-body-bytes", type=int, default=limits.max_body_bytes,
-                       help=f"largest request body, else 413 (default {limits.max_body_bytes})")  # fmt: skip
+                       help=f"largest request body, else 413 (default {limits.max_body_bytes})")
     serve.add_argument("--max-prediction-tokens", type=int, default=limits.max_prediction_tokens,
-                       help=f"largest Predicted Output, else 400 (default {limits.max_prediction_tokens})")  # fmt: skip
+                       help=f"largest Predicted Output, else 400 (default {limits.max_prediction_tokens})")
     serve.add_argument("--parallel", type=int, default=1,
                        help="generations decoded at once, each on a slot with the whole --n-ctx window "
                             "(the KV cache holds N x n-ctx cells); requests beyond them queue (default 1: "
-                            "one at a time, exact where `plookup doctor` says so)")  # fmt: skip
+                            "one at a time, exact where `plookup doctor` says so)")
     serve.add_argument("--max-queue", type=int, default=limits.max_queue,
-                       help=f"requests waiting for the model, else 429 (default {limits.max_queue})")  # fmt: skip
+                       help=f"requests waiting for the model, else 429 (default {limits.max_queue})")
     serve.set_defaults(func=cmd_serve)
 
 

@@ -26,7 +26,7 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, type: str = "invalid_request_error",
                  param: Optional[str] = None, code: Optional[str] = None,
-                 headers: Optional[dict[str, str]] = None):  # fmt: skip
+                 headers: Optional[dict[str, str]] = None):
         super().__init__(message)
         self.status = status
         self.body = ErrorResponse(message=message, type=type, param=param, code=code)

@@ -62,7 +62,7 @@ class RequireKey:
         if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
             return await self.app(scope, receive, send)
         error = APIError(401, "a valid API key is required: Authorization: Bearer KEY",
-                         code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+                         code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         await error_response(error)(scope, receive, send)
 
 
@@ -75,7 +75,7 @@ class LimitBody:
 
     def _error(self) -> APIError:
         return APIError(413, f"the request body is over the server's limit of {self.max_bytes} bytes",
-                        code="request_too_large")  # fmt: skip
+                        code="request_too_large")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,7 +119,7 @@ class ModelGate:
         if self._slot.value == 0 and self.waiting >= self.max_queue:
             retry = max(1, round(self._mean_seconds * (self.waiting + 1) / self.slots))
             raise APIError(429, f"the server is busy: {self.waiting} requests are waiting for the model",
-                           type="rate_limit_error", code="queue_full", headers={"Retry-After": str(retry)})  # fmt: skip
+                           type="rate_limit_error", code="queue_full", headers={"Retry-After": str(retry)})
         start = time.monotonic()
         self.waiting += 1
         self._on_depth(self.waiting)

@@ -37,19 +37,19 @@ class Metrics:
         self.routes = routes
         self.registry = registry = CollectorRegistry()
         self.requests = Counter("plookup_requests", "HTTP requests answered, by route and status.",
-                                ["path", "status"], registry=registry)  # fmt: skip
+                                ["path", "status"], registry=registry)
         self.totals = {name: Counter(f"plookup_{name}", text, registry=registry) for name, text in TOTALS.items()}
         self.drafted_per_position = Counter(
             "plookup_spec_decode_num_drafted_tokens_per_pos", "Verify steps with a draft token at position k.",
             ["position"], registry=registry,
-        )  # fmt: skip
+        )
         self.accepted_per_position = Counter(
             "plookup_spec_decode_num_accepted_tokens_per_pos",
             "Verify steps whose draft token at position k was accepted.", ["position"], registry=registry,
-        )  # fmt: skip
+        )
         self.queue_depth = Gauge("plookup_queue_depth", "Requests waiting for the model.", registry=registry)
         self.queue_wait = Histogram("plookup_queue_wait_seconds", "Time requests waited for the model.",
-                                    buckets=(0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=registry)  # fmt: skip
+                                    buckets=(0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=registry)
 
     def count_request(self, path: str, status: int) -> None:
         self.requests.labels(path if path in self.routes else OTHER_ROUTE, str(status)).inc()
@@ -65,7 +65,7 @@ class Metrics:
         totals["spec_decode_num_accepted_tokens_from_memory"].inc(spec["accepted_from_memory"])
         totals["spec_decode_num_accepted_tokens_from_corpus"].inc(spec["accepted_from_corpus"])
         for counter, counts in ((self.drafted_per_position, spec["drafted_per_position"]),
-                                (self.accepted_per_position, spec["accepted_per_position"])):  # fmt: skip
+                                (self.accepted_per_position, spec["accepted_per_position"])):
             for position, n in enumerate(counts):
                 counter.labels(str(position)).inc(n)
 
@@ -92,6 +92,6 @@ class EngineCollector:
     def collect(self):
         yield GaugeMetricFamily("plookup_active_slots", "Generations running on the model's slots.", value=self.engine.active())
         yield CounterMetricFamily("plookup_steps", "llama_decode calls of the engine (every slot's rows in one).",
-                                  value=self.engine.steps)  # fmt: skip
+                                  value=self.engine.steps)
         yield CounterMetricFamily("plookup_step_rows", "Rows (tokens) those calls decoded: / steps = tokens per step.",
-                                  value=self.engine.rows)  # fmt: skip
+                                  value=self.engine.rows)

@@ -1,0 +1,71 @@
+"""The doctor on a real model: a cached report sets plookup's runtime settings, tensor types, the whole command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import plookup
+from plookup.app import doctor
+from plookup.measure.costs import DEFAULT_MAX_N
+from plookup.measure.exactness import (
+    Settings,
+    exact_setting,
+    recommended_backend_sampling,
+    recommended_settings,
+    save_report,
+)
+
+from conftest import LLAMA_KWARGS
+from support.doctor_reports import config, measured_backend, report
+
+
+def test_a_cached_report_sets_plookups_runtime_settings(model_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    path = model_path["smollm2"]
+    assert recommended_settings(path) is None
+    save_report(path, report(config(False, 2.2), config(True, 1.9, repack=False)))
+    assert recommended_settings(path) == Settings(repack=False)
+    llm = plookup.Llama(path, cost_curve=None, **LLAMA_KWARGS)
+    assert llm.model_params.use_extra_bufts is False  # loaded as the doctor said
+    assert plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS).model_params.use_extra_bufts
+    assert plookup.Llama(path, cost_curve=None, use_extra_bufts=True, **LLAMA_KWARGS).model_params.use_extra_bufts
+
+
+def test_a_cached_report_chooses_backend_sampling(model_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    path = model_path["smollm2"]
+    assert not recommended_backend_sampling(path, None)  # no report: off
+    save_report(path, report(dict(config(False, 2.2), backend_sampling=measured_backend(True)),
+                             dict(config(False, 1.9, repack=False), backend_sampling=measured_backend(False))))
+    assert recommended_backend_sampling(path, None) and not recommended_backend_sampling(path, Settings(repack=False))
+    assert plookup.Llama(path, cost_curve=None, exactness=None, **LLAMA_KWARGS).backend_sampling is True
+    assert plookup.Llama(path, cost_curve=None, exactness=None, backend_sampling=False, **LLAMA_KWARGS).backend_sampling is False
+
+
+def test_tensor_types_and_file_type(model_path):
+    types = doctor.tensor_types(model_path["smollm2"])
+    assert types == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
+    assert doctor.file_type(types) == "Q4_1"
+
+
+@pytest.mark.exact_build
+@pytest.mark.slow
+@pytest.mark.budget(300)
+def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
+    """The whole command: every setting measured in a process of its own, a report, advice."""
+    from plookup.app import cli
+
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    out = tmp_path / "doctor.json"
+    assert cli.main(["doctor", "--threads", "2", "--n-ctx", "1024", "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert [Settings(**c["settings"]) for c in saved["configs"]][0] == Settings()
+    assert len(saved["configs"]) == 5 and all(len(c["cost"]) == DEFAULT_MAX_N for c in saved["configs"])
+    assert saved["advice"] and "advice:" in capsys.readouterr().out
+    assert all(set(c["backend_sampling"]) == {"host", "backend", "pays"} for c in saved["configs"])
+    assert any(line.startswith("greedy rows ") for line in saved["advice"])
+    assert recommended_settings(saved["model"]) == (
+        Settings(**exact_setting(saved["configs"])["settings"]) if exact_setting(saved["configs"]) else None
+    )

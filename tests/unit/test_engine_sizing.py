@@ -1,0 +1,221 @@
+"""Drafts sized for the whole batch (pure, against plain-Python references), the always-right bound, the decode thread."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plookup.draft.policy import CPU_COST_CURVE, DraftPolicy
+from plookup.draft.sizing import size_batch
+
+from support.threads import run_concurrently
+
+FLAT = np.ones(80)
+
+
+LINEAR = np.arange(1, 81, dtype=float)  # n rows cost n single decodes: no draft can pay
+
+
+# Qwen2.5-Coder-0.5B Q8_0 here, relative to a one-token decode, at 1, 4, 8, 16, 32, 64, 68 rows.
+QWEN_ROWS = [1, 4, 8, 16, 32, 64, 68]
+
+
+QWEN_COST = np.interp(np.arange(1, 69), QWEN_ROWS, [1.0, 1.57, 2.33, 3.98, 7.44, 13.7, 14.6])
+
+
+def batch_cost(rows, cost):
+    if rows <= len(cost):
+        return cost[rows - 1]
+    return cost[-1] + (cost[-1] - 1) / max(1, len(cost) - 1) * (rows - len(cost))
+
+
+def reference_sizes(probabilities, cost, max_rows):
+    """The rule written out: every way to give each slot a prefix of its draft, scored by
+    (slots + sum of the drafted tokens' probabilities) / cost(rows); the best, ties to the fewest
+    rows. Exponential, so for small cases only. Agrees with the greedy kernel because each
+    slot's probabilities are non-increasing (a prefix of the greedy order is optimal)."""
+    m = len(probabilities)
+    best, best_rate = [0] * m, m / batch_cost(m, cost)
+    for lengths in itertools.product(*[range(len(p) + 1) for p in probabilities]):
+        rows = m + sum(lengths)
+        if rows > max_rows:
+            continue
+        rate = (m + sum(sum(p[:n]) for p, n in zip(probabilities, lengths))) / batch_cost(rows, cost)
+        if rate > best_rate + 1e-9:
+            best, best_rate = list(lengths), rate
+    return best, best_rate
+
+
+def rate_of(lengths, probabilities, cost):
+    m = len(probabilities)
+    return (m + sum(sum(p[:n]) for p, n in zip(probabilities, lengths))) / batch_cost(m + sum(lengths), cost)
+
+
+def decreasing(values):
+    return np.cumprod(values)
+
+
+def test_flat_curve_drafts_everything_linear_none():
+    sure = [decreasing(np.full(16, 0.9)) for _ in range(8)]
+    assert size_batch(sure, FLAT, 512) == [16] * 8
+    assert size_batch(sure, LINEAR, 512) == [0] * 8
+    assert size_batch([decreasing(np.full(16, 0.99))], LINEAR, 512) == [0]
+
+
+def test_a_busy_batch_drafts_less():
+    p = decreasing(np.full(16, 0.9))
+    totals = [sum(size_batch([p] * m, QWEN_COST, 512)) / m for m in (1, 2, 4, 8)]
+    assert totals == sorted(totals, reverse=True) and totals[0] > totals[-1]
+    # The row budget binds: 4 slots with room for 10 rows in all.
+    assert sum(size_batch([p] * 4, FLAT, 10)) == 6
+
+
+def test_the_likelier_slot_gets_the_rows():
+    sure, unsure = decreasing(np.full(16, 0.98)), decreasing(np.full(16, 0.3))
+    n_sure, n_unsure = size_batch([sure, unsure], QWEN_COST, 512)
+    assert n_sure > 0 and n_unsure < n_sure
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    draws=st.lists(st.lists(st.floats(0.05, 1.0), min_size=0, max_size=4), min_size=1, max_size=3),
+    curve=st.sampled_from(["flat", "cpu", "qwen", "linear"]),
+    max_rows=st.integers(1, 20),
+)
+def test_batch_sizing_matches_brute_force(draws, curve, max_rows):
+    cost = {"flat": FLAT, "cpu": CPU_COST_CURVE, "qwen": QWEN_COST, "linear": LINEAR}[curve]
+    probabilities = [decreasing(d) for d in draws]
+    max_rows = max(max_rows, len(probabilities))
+    got = size_batch(probabilities, cost, max_rows)
+    want, want_rate = reference_sizes(probabilities, cost, max_rows)
+    assert m_rows(got, probabilities) <= max_rows
+    assert rate_of(got, probabilities, cost) == pytest.approx(want_rate, rel=1e-9)
+
+
+def m_rows(lengths, probabilities):
+    return len(probabilities) + sum(lengths)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    match_length=st.integers(2, 200),
+    agree=st.lists(st.floats(0.0, 1.0), min_size=0, max_size=16),
+    outcomes=st.lists(st.tuples(st.integers(2, 64), st.integers(1, 16), st.integers(0, 16)), max_size=6),
+    curve=st.sampled_from(["cpu", "qwen", "flat"]),
+)
+def test_one_slot_chooses_what_the_single_stream_policy_chooses(match_length, agree, outcomes, curve):
+    cost = {"cpu": CPU_COST_CURVE, "qwen": QWEN_COST[:17], "flat": FLAT[:16]}[curve]
+    policy = DraftPolicy(cost=cost)
+    for length, drafted, accepted in outcomes:
+        policy.observe(length, drafted, min(accepted, drafted))
+    agree = np.array(agree)
+    p = policy.prefix_probabilities(match_length, agree)
+    assert size_batch([p], policy.cost, 512) == [policy.choose(match_length, agree)]
+
+
+def test_a_broken_sizing_rule_fails_the_reference():
+    """The control: sizing each slot as if it were alone (the single-stream policy) ignores what
+    the rest of the batch costs, and the brute-force reference tells it apart."""
+    probabilities = [decreasing(np.full(4, 0.9))] * 4
+    alone = [size_batch([p], QWEN_COST, 512)[0] for p in probabilities]
+    _, want = reference_sizes(probabilities, QWEN_COST, 512)
+    assert rate_of(alone, probabilities, QWEN_COST) < want - 1e-6
+    assert rate_of(size_batch(probabilities, QWEN_COST, 512), probabilities, QWEN_COST) == pytest.approx(want)
+
+
+def test_the_always_right_bound_of_a_batch():
+    from plookup.app.bench.concurrency import always_right_bound
+
+    assert always_right_bound(FLAT, 4, 16) == pytest.approx(17.0)  # free rows: 17 tokens a step for 1
+    assert always_right_bound(LINEAR, 4, 16) == pytest.approx(1.0)  # rows cost what they yield
+    # The issue's figures: 4 slots on Qwen2.5-Coder-0.5B Q8_0 here; 64 rows for 13.7 single decodes
+    # beat 68 for 14.6 (16 tokens a slot, not 17): 1.83x over 4 rows for 1.57.
+    assert always_right_bound(QWEN_COST, 4, 16) == pytest.approx((64 / 13.7) / (4 / 1.57), rel=1e-6)
+
+
+def test_a_decode_thread_runs_every_call_on_one_thread_and_returns_its_errors():
+    from plookup.engine.decode_thread import DecodeThread
+
+    seen = []
+
+    def decode(batch):
+        seen.append(threading.get_ident())
+        if batch == "bad":
+            raise RuntimeError("llama_decode returned 1")
+        return batch
+
+    decode_thread = DecodeThread()
+    routed = decode_thread.route(decode)
+    assert run_concurrently(None, [1, 2, 3, 4], routed) == [1, 2, 3, 4]
+    with pytest.raises(RuntimeError, match="returned 1"):
+        routed("bad")
+    decode_thread.close()
+    assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
+    # the control: the same calls unrouted run on the callers' threads
+    seen.clear()
+    run_concurrently(None, [1, 2, 3, 4], lambda b: (decode(b), time.sleep(0.05)))
+    assert len(set(seen)) > 1
+
+
+def simulated_equal_split(rows, cost):
+    """llama.cpp's equal split run step by step: every ubatch takes as many rows from each
+    sequence that has rows left as the one with the fewest has left."""
+    left = [r for r in rows if r > 0]
+    total = 0.0
+    while left:
+        take = min(left)
+        total += batch_cost(take * len(left), cost)
+        left = [r - take for r in left if r > take]
+    return total
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.integers(0, 17), min_size=1, max_size=8))
+def test_a_streams_step_costs_its_ubatches(rows):
+    from plookup.draft.sizing import streams_step_cost
+
+    assert streams_step_cost(rows, QWEN_COST) == pytest.approx(simulated_equal_split(rows, QWEN_COST))
+
+
+@settings(max_examples=150, deadline=None)
+@given(probabilities=st.lists(st.lists(st.floats(0.01, 1.0), max_size=6).map(decreasing), min_size=1, max_size=5))
+def test_streams_sizing_is_the_best_of_its_family(probabilities):
+    """Brute force over the family size_streams searches: any set of slots drafting n tokens
+    each (n within every chosen slot's candidate), the others none; plus drafting nothing."""
+    from plookup.draft.sizing import size_streams, streams_step_cost
+
+    probabilities = [np.array(p) for p in probabilities]
+    m = len(probabilities)
+
+    def rate(lengths):
+        gained = sum(float(np.sum(p[:n])) for p, n in zip(probabilities, lengths))
+        return (m + gained) / streams_step_cost([1 + n for n in lengths], QWEN_COST)
+
+    best = rate([0] * m)
+    for n in range(1, 7):
+        for chosen in itertools.product([False, True], repeat=m):
+            if any(c and len(p) < n for c, p in zip(chosen, probabilities)):
+                continue
+            best = max(best, rate([n if c else 0 for c in chosen]))
+    lengths = size_streams(probabilities, QWEN_COST, 200)
+    assert all(n <= len(p) for n, p in zip(lengths, probabilities))
+    assert len({n for n in lengths if n}) <= 1  # one draft length: at most two ubatches
+    assert rate(lengths) == pytest.approx(best)
+
+
+def test_streams_sizing_on_given_curves():
+    from plookup.draft.sizing import size_streams
+
+    sure = [np.full(8, 0.99) for _ in range(4)]
+    assert size_streams(sure, FLAT, 200) == [8, 8, 8, 8]  # free rows: everyone drafts it all
+    assert size_streams(sure, LINEAR, 200) == [0, 0, 0, 0]  # rows cost what they yield: none
+    # the batch's row limit: four drafts of 4 in one ubatch beat two of 8 in a second one
+    assert size_streams(sure, FLAT, 4 + 2 * 8) == [4, 4, 4, 4]
+    # one slot with a candidate: the others decode one row each, in the first ubatch
+    assert size_streams([np.full(8, 0.99), np.zeros(0)], FLAT, 200) == [8, 0]
