@@ -518,9 +518,13 @@ class Llama(llama_cpp.Llama):
         if call.on_token is None:
             yield from self._engine.tokens(call.generation)
             return
-        for token in self._engine.tokens(call.generation):
-            call.on_token(token)
-            yield token
+        tokens = self._engine.tokens(call.generation)
+        try:
+            for token in tokens:
+                call.on_token(token)
+                yield token
+        finally:
+            tokens.close()  # now, as `yield from` would: closing the generation frees its slot
 
     def _init_sampler(self, **sampling):
         # llama_cpp builds the chain of every generation that samples on the host, its own plain

@@ -83,7 +83,8 @@ class Chain:
             return chain
         for name in self.order:
             if name == "penalties":
-                chain.add_penalties(llm._n_vocab, self.penalty_last_n, repeat_penalty, frequency_penalty, presence_penalty)
+                chain.add_penalties(llm._n_vocab, self.penalty_last_n, repeat_penalty, frequency_penalty,
+                                    presence_penalty)  # fmt: skip
             elif name == "dry" and self.dry_multiplier != 0:
                 last_n = self.dry_penalty_last_n if self.dry_penalty_last_n >= 0 else llm._n_ctx
                 chain.add_dry(llm._model, self.dry_multiplier, self.dry_base, self.dry_allowed_length, last_n,

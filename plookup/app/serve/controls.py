@@ -260,14 +260,16 @@ class Shape:
         o, llm = self.options, self.llm
         order = sampler_order(o.samplers) if o.samplers is not None else self.ORDER
         bias = dict.fromkeys(eog_tokens(llm), float("-inf")) if o.ignore_eos else {}
-        for token, value in (kwargs.pop("logit_bias", None) or {}).items():
-            bias[int(token)] = bias.get(int(token), 0.0) + float(value)
         last_n = o.repeat_last_n if o.repeat_last_n is not None else llm.last_n_tokens_size
         last_n = llm.n_ctx() if last_n == -1 else last_n
-        penalised = kwargs.get("repeat_penalty", 1.0) != 1.0 or kwargs.get("frequency_penalty") or kwargs.get("presence_penalty")
-        extra = bias or o.dry_multiplier or o.xtc_probability > 0 or o.top_n_sigma > 0 or o.dynatemp_range > 0 or o.min_keep > 1
+        penalised = (kwargs.get("repeat_penalty", 1.0) != 1.0 or kwargs.get("frequency_penalty")
+                     or kwargs.get("presence_penalty"))  # fmt: skip
+        extra = (bias or o.dry_multiplier or o.xtc_probability > 0 or o.top_n_sigma > 0 or o.dynatemp_range > 0
+                 or o.min_keep > 1)  # fmt: skip
         if order is None and not extra and not (penalised and last_n != llm.last_n_tokens_size):
-            return None
+            return None  # (a logit_bias stays llama_cpp.server's, a Python processor)
+        for token, value in (kwargs.pop("logit_bias", None) or {}).items():  # into the chain's own sampler
+            bias[int(token)] = bias.get(int(token), 0.0) + float(value)
         chain = Chain(
             order=order if order is not None else DEFAULT_ORDER, logit_bias=bias, penalty_last_n=last_n,
             dry_multiplier=o.dry_multiplier, dry_base=o.dry_base, dry_allowed_length=o.dry_allowed_length,
@@ -314,12 +316,13 @@ class Shape:
 
     # -- the answer
 
-    def timings(self, call, watch: Optional[Watch] = None) -> dict:
-        """llama-server's ``timings`` of a generation, with its speculative decoding counts."""
+    def timings(self, call, watch: Optional[Watch] = None, counts: Optional[dict] = None) -> dict:
+        """llama-server's ``timings`` of a generation, with its speculative decoding counts
+        (`counts`: one completion's share of the call's stats, where it made several)."""
         watch = watch or self.watch
-        clock, stats = watch.clock, call.stats
+        clock, stats = watch.clock, counts or stat_counts(call.stats)
         clock.stopped()
-        prompt_n, predicted_n = stats.prefill_tokens, len(watch.completion_tokens())
+        prompt_n, predicted_n = stats["prefill_tokens"], len(watch.completion_tokens())
         prompt_ms, predicted_ms = clock.prompt_seconds() * 1000, clock.predicted_seconds() * 1000
         return {
             "cache_n": max(0, len(self.prompt) - prompt_n),
@@ -331,8 +334,8 @@ class Shape:
             "predicted_ms": predicted_ms,
             "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
             "predicted_per_second": 1000 * predicted_n / predicted_ms if predicted_ms else 0.0,
-            "draft_n": stats.drafted,
-            "draft_n_accepted": stats.accepted,
+            "draft_n": stats["drafted"],
+            "draft_n_accepted": stats["accepted"],
         }
 
     def whole(self, result: dict, call) -> Any:
@@ -378,6 +381,11 @@ class Shape:
         self.watch.clock.stopped()
         events.append({"data": "[DONE]"})
         return events
+
+
+def stat_counts(stats) -> dict:
+    """The counts of a call's :class:`plookup.api.stats.SpecStats` that ``timings`` reports."""
+    return {"prefill_tokens": stats.prefill_tokens, "drafted": stats.drafted, "accepted": stats.accepted}
 
 
 def pick_fields(body: Any, fields: Optional[List[str]]) -> Any:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, StrictStr
 
 from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
-from .controls import LlamaOptions, Shape, pick_fields
+from .controls import LlamaOptions, Shape, pick_fields, stat_counts
 from .errors import APIError
 
 LLAMA_ROUTES = frozenset({
@@ -107,7 +107,10 @@ def logit_bias_map(llm, bias) -> dict[str, float]:
     pairs = bias.items() if isinstance(bias, dict) else bias
     found: dict[str, float] = {}
     for pair in pairs:
-        key, value = pair if isinstance(bias, dict) else (pair[0], pair[1]) if isinstance(pair, list) and len(pair) == 2 else (None, None)
+        if isinstance(bias, dict):
+            key, value = pair
+        else:
+            key, value = pair if isinstance(pair, list) and len(pair) == 2 else (None, None)
         if key is None or not (value is False or isinstance(value, (int, float))) or value is True:
             raise APIError(400, "logit_bias takes [[token id or text, bias or false], ...] or {token id: bias}",
                            param="logit_bias")  # fmt: skip
@@ -154,8 +157,8 @@ def indent_cut(text: str, n_indent: int) -> Optional[int]:
 class Completion:
     """One completion's record: llama_cpp's result and what the watch saw."""
 
-    def __init__(self, result: dict, watch, emitted: list):
-        self.result, self.watch, self.emitted = result, watch, emitted
+    def __init__(self, result: dict, watch, emitted: list, counts: Optional[dict] = None):
+        self.result, self.watch, self.emitted, self.counts = result, watch, emitted, counts
         self.tokens = watch.completion_tokens()
         self.all_tokens = list(watch.tokens)
 
@@ -208,11 +211,13 @@ class LlamaShape(Shape):
         if stream:
             return super().run(create, kwargs, call, stream)
         result = None
-        for _ in range(self.body.n_cmpl):
+        for _ in range(self.body.n_cmpl):  # one after another, on the call's slot (the prompt cached after the first)
+            before = stat_counts(call.stats)
             result = super().run(create, kwargs, call)
             self.watch.clock.stopped()
             emitted = list(call.logprobs.emitted) if call.logprobs is not None else []
-            self.records.append(Completion(result, self.watch, emitted))
+            counts = {name: value - before[name] for name, value in stat_counts(call.stats).items()}
+            self.records.append(Completion(result, self.watch, emitted, counts))
         return result
 
     # -- the answer
@@ -242,7 +247,8 @@ class LlamaShape(Shape):
 
         def entry(token: int, logprob: float) -> dict:
             piece = self.llm.detokenize([token], special=True)
-            return {"id": token, "token": piece.decode("utf-8", errors="replace"), "bytes": list(piece), "logprob": logprob}
+            text = piece.decode("utf-8", errors="replace")
+            return {"id": token, "token": text, "bytes": list(piece), "logprob": logprob}
 
         return [{**entry(e.token, e.logprob), "top_logprobs": [entry(t, v) for t, v in e.top]} for e in emitted]
 
@@ -256,7 +262,7 @@ class LlamaShape(Shape):
         stop_type, word = ("limit", "") if self.warm_up else stop_reason(
             self.llm, record.result, record.all_tokens, eog, self.stops(), cut is not None)  # fmt: skip
         slot = getattr(getattr(call.generation, "slot", None), "index", 0) if call.generation is not None else 0
-        timings = self.timings(call, record.watch)
+        timings = self.timings(call, record.watch, record.counts)
         if self.warm_up:
             timings.update(predicted_n=0, predicted_per_second=0.0, predicted_per_token_ms=0.0)
         answer = {
@@ -275,8 +281,8 @@ class LlamaShape(Shape):
         answers = [self.completion(record, call, i) for i, record in enumerate(self.records)]
         return answers[0] if len(answers) == 1 else answers
 
-    def timings(self, call, watch=None) -> dict:
-        return super().timings(call, watch or (self.records[-1].watch if self.records else self.watch))
+    def timings(self, call, watch=None, counts=None) -> dict:
+        return super().timings(call, watch or (self.records[-1].watch if self.records else self.watch), counts)
 
     def events(self, chunk: dict) -> list[dict]:
         """The stream's events for one of llama_cpp's chunks: its text, less what ``n_indent`` cuts."""
@@ -294,11 +300,11 @@ class LlamaShape(Shape):
         tokens = self.watch.completion_tokens()[self.stream_tokens:]
         if not content and not tokens:
             return []
+        done = self.stream_tokens
         event = {"index": 0, "content": content, "tokens": tokens, "stop": False, "id_slot": 0,
-                 "tokens_predicted": self.stream_tokens + len(tokens), "tokens_evaluated": len(self.prompt)}  # fmt: skip
+                 "tokens_predicted": done + len(tokens), "tokens_evaluated": len(self.prompt)}  # fmt: skip
         if b.n_probs > 0:
-            emitted = self.watch_emitted()
-            event["completion_probabilities"] = self.probabilities(emitted[self.stream_tokens: self.stream_tokens + len(tokens)])
+            event["completion_probabilities"] = self.probabilities(self.watch_emitted()[done : done + len(tokens)])
         self.stream_tokens += len(tokens)
         if b.timings_per_token:
             event["timings"] = self.partial_timings()
@@ -342,6 +348,11 @@ def add_llama_routes(app: FastAPI, service) -> None:
 
     llm, model_name = service.llm, service.model_name
 
+    def check_token_ids(tokens: list[int], field: str) -> None:
+        bad = [t for t in tokens if not 0 <= t < llm.n_vocab()]
+        if bad:
+            raise APIError(400, f"{field}: token id {bad[0]} is outside the vocabulary of {llm.n_vocab()}", param=field)
+
     def check_model(name: Optional[str]) -> None:
         if name not in (None, model_name):
             raise APIError(404, f"The model `{name}` does not exist", param="model", code="model_not_found")
@@ -361,9 +372,7 @@ def add_llama_routes(app: FastAPI, service) -> None:
             body.prompt = prompt
             return await complete(request, body)
         if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            bad = [t for t in prompt if not 0 <= t < llm.n_vocab()]
-            if bad:
-                raise APIError(400, f"prompt: token id {bad[0]} is outside the vocabulary of {llm.n_vocab()}", param="prompt")
+            check_token_ids(prompt, "prompt")
             return await complete(request, body, list(prompt))
         raise APIError(400, "plookup serves one prompt per request, as a string or as token ids", param="prompt")
 
@@ -388,9 +397,7 @@ def add_llama_routes(app: FastAPI, service) -> None:
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeBody):
-        bad = [t for t in body.tokens if not 0 <= t < llm.n_vocab()]
-        if bad:
-            raise APIError(400, f"tokens: token id {bad[0]} is outside the vocabulary of {llm.n_vocab()}", param="tokens")
+        check_token_ids(body.tokens, "tokens")
         return {"content": llm.detokenize(body.tokens, special=True).decode("utf-8", errors="replace")}
 
     @app.post("/apply-template")
@@ -409,7 +416,8 @@ def add_llama_routes(app: FastAPI, service) -> None:
         return {
             "id": index, "id_task": -1, "n_ctx": llm.n_ctx(), "speculative": True, "is_processing": busy,
             "params": defaults, "prompt": "",
-            "next_token": {"has_next_token": busy, "has_new_line": False, "n_remain": -1, "n_decoded": 0, "stopping_word": ""},
+            "next_token": {"has_next_token": busy, "has_new_line": False, "n_remain": -1, "n_decoded": 0,
+                           "stopping_word": ""},
         }  # fmt: skip
 
     @app.get("/props")

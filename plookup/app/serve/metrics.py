@@ -63,7 +63,8 @@ class Metrics:
             "plookup_spec_decode_num_accepted_tokens_per_pos",
             "Verify steps whose draft token at position k was accepted.", ["position"], registry=registry,
         )  # fmt: skip
-        self.llamacpp = {name: Counter(f"llamacpp:{name}", text, registry=registry) for name, text in LLAMACPP_TOTALS.items()}
+        self.llamacpp = {name: Counter(f"llamacpp:{name}", text, registry=registry)
+                         for name, text in LLAMACPP_TOTALS.items()}  # fmt: skip
         self.llamacpp_accepted_per_position = Counter(
             "llamacpp:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", ["position"],
             registry=registry,
@@ -149,6 +150,7 @@ class LlamaCppCollector:
                                 value=rate("prompt_tokens", "prompt_seconds"))  # fmt: skip
         yield GaugeMetricFamily("llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s.",
                                 value=rate("tokens_predicted", "tokens_predicted_seconds"))  # fmt: skip
-        yield GaugeMetricFamily("llamacpp:requests_processing", "Number of requests processing.", value=self.engine.active())
+        yield GaugeMetricFamily("llamacpp:requests_processing", "Number of requests processing.",
+                                value=self.engine.active())  # fmt: skip
         yield GaugeMetricFamily("llamacpp:requests_deferred", "Number of requests deferred.", value=waiting)
         yield CounterMetricFamily("llamacpp:n_decode", "Total Number of llama_decode() calls.", value=self.engine.steps)
