@@ -78,6 +78,16 @@ def assert_plains(plain, prompt: list[int], tokens: list[int], at_least: int = 8
     assert tokens[:tie] == reference[:tie], f"differs at {first_divergence(reference, tokens)}, near-tie at {tie}"
 
 
+def plain_text(plain, prompt: list[int], n: int) -> str:
+    """The text of plain greedy decoding's first `n` tokens of `prompt`, up to its first near-tie:
+    where two requests of the same prompt may round differently (the second finds it cached), both
+    answers begin with it."""
+    reference, gaps = greedy_with_gaps(plain, prompt, n, TIE)
+    tie = first_near_tie(gaps, TIE)
+    assert tie >= 8, f"only {tie} tokens before the first near-tie"
+    return plain.detokenize(reference[:tie]).decode("utf-8", errors="ignore")
+
+
 def prompt_tokens(llm, text: str) -> list[int]:
     return llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
 
@@ -196,7 +206,6 @@ def test_llama_vscode_tokenize_and_props(coder, coder_llm):
     text = "def main():\n    print('hi')  # <|fim_prefix|>"
     answer = coder.post("/tokenize", json={"content": text, "add_special": False, "parse_special": True}).json()
     assert answer["tokens"] == coder_llm.tokenize(text.encode(), add_bos=False, special=True)
-    assert coder_llm.token_bos() not in answer["tokens"][:1] or not coder_llm._model.add_bos_token()
     assert fim_tokens(coder_llm).pre in answer["tokens"]  # parse_special: the marker is one token
     plain_text = coder.post("/tokenize", json={"content": text, "parse_special": False}).json()["tokens"]
     assert fim_tokens(coder_llm).pre not in plain_text
@@ -231,11 +240,11 @@ def test_continue_streamed_completion_is_plain_decoding(coder, coder_llm, plain)
     assert last["stop_type"] == "limit" and last["tokens_predicted"] == len(tokens) == 24
     assert last["timings"]["predicted_n"] == 24 and last["tokens_evaluated"] == len(prompt_tokens(coder_llm, CODE))
     assert_plains(plain, prompt_tokens(coder_llm, CODE), tokens)
-    whole = coder.post("/completion", json=dict(body, stream=False)).json()
-    assert whole["content"] == text
+    whole = coder.post("/completion", json=dict(body, stream=False, return_tokens=True)).json()
+    assert_plains(plain, prompt_tokens(coder_llm, CODE), whole["tokens"])
 
 
-def test_tabby_streamed_completion(coder, coder_llm):
+def test_tabby_streamed_completion(coder, coder_llm, plain):
     """Tabby's llama.cpp binding: seed, n_predict, temperature, penalty_last_n (which llama-server
     does not read either), presence_penalty; it reads {content, stop} from each event and stops at stop."""
     body = {"seed": 0, "prompt": CODE, "n_predict": 16, "temperature": 0.0, "stream": True,
@@ -248,7 +257,9 @@ def test_tabby_streamed_completion(coder, coder_llm):
             if event["stop"]:
                 break
     whole = coder.post("/completions", json=dict(body, stream=False, return_tokens=True)).json()  # the alias
-    assert "".join(pieces) == whole["content"] and len(whole["tokens"]) == 16
+    assert len(whole["tokens"]) == whole["tokens_predicted"] == 16
+    expected = plain_text(plain, prompt_tokens(coder_llm, CODE), 16)
+    assert "".join(pieces).startswith(expected) and whole["content"].startswith(expected)
 
 
 def test_tabby_suffix_on_v1_completions_is_a_fim_prompt(coder, coder_llm, plain, smol_client):
@@ -266,8 +277,11 @@ def test_tabby_suffix_on_v1_completions_is_a_fim_prompt(coder, coder_llm, plain,
                 break
     infill = coder.post("/infill", json={"input_prefix": PREFIX + MIDDLE, "input_suffix": SUFFIX, "n_predict": 16,
                                          "temperature": 0, "return_tokens": True}).json()  # fmt: skip
-    assert text == infill["content"]
-    assert_plains(plain, fim_prompt(coder_llm, PREFIX + MIDDLE, SUFFIX, "", [], 16), infill["tokens"])
+    prompt = fim_prompt(coder_llm, PREFIX + MIDDLE, SUFFIX, "", [], 16)
+    assert infill["tokens_evaluated"] == len(prompt)
+    assert_plains(plain, prompt, infill["tokens"])
+    expected = plain_text(plain, prompt, 16)
+    assert text.startswith(expected) and infill["content"].startswith(expected)
     response = smol_client.post("/v1/completions", json=dict(body, model="smol", stream=False))
     assert response.status_code == 400 and response.json()["error"]["param"] == "suffix"
 
@@ -316,12 +330,15 @@ def test_t_max_predict_ms_ends_after_a_newline(coder):
 
 
 def test_n_indent_cuts_the_first_line_indented_less(coder):
-    body = {"input_prefix": "def fibonacci(n):\n", "input_suffix": "\n\nprint(fibonacci(10))\n", "prompt": "    ",
-            "n_predict": 48, "temperature": 0}  # fmt: skip
-    full = coder.post("/infill", json=body).json()["content"]
+    """The model writes on past the function it was asked to finish; n_indent 4 ends the answer
+    where a line starts less indented (the next `def`), keeping that line's indentation."""
+    body = {"prompt": "def one():\n    return 1\n\n\ndef two():\n", "n_predict": 40, "temperature": 0}
+    full = coder.post("/completion", json=body).json()["content"]
     cut = indent_cut(full, 4)
-    indented = coder.post("/infill", json=dict(body, n_indent=4)).json()
-    assert indented["content"] == (full if cut is None else full[:cut])
+    assert cut is not None, full
+    indented = coder.post("/completion", json=dict(body, n_indent=4)).json()
+    assert indented["content"] == full[:cut] and indented["stop_type"] == "limit"
+    assert indented["tokens_predicted"] < 40
     assert indent_cut("    a\n  b\n", 4) == 8 and indent_cut("    a\n\n    b", 4) is None  # the rule itself
 
 
@@ -335,7 +352,8 @@ def test_n_probs_are_the_rows_that_chose_the_tokens(coder, coder_llm, plain):
         assert len(p["top_logprobs"]) == 3 and bytes(p["bytes"]).decode("utf-8", "replace") == p["token"]
     plain.reset()
     plain.eval(prompt_tokens(coder_llm, CODE))
-    first = llama_cpp.Llama.logits_to_logprobs(np.ctypeslib.as_array(plain._ctx.get_logits_ith(-1), shape=(plain.n_vocab(),)))
+    row = np.ctypeslib.as_array(plain._ctx.get_logits_ith(-1), shape=(plain.n_vocab(),))
+    first = llama_cpp.Llama.logits_to_logprobs(row)  # plain decoding's row for the first token
     assert probs[0]["logprob"] == pytest.approx(float(first[probs[0]["id"]]), abs=1e-3)
     with coder.stream("POST", "/completion", json=dict(body, stream=True)) as response:
         events = sse(response)
@@ -344,7 +362,8 @@ def test_n_probs_are_the_rows_that_chose_the_tokens(coder, coder_llm, plain):
 
 
 def test_response_fields_and_timings(coder):
-    body = {"prompt": CODE, "n_predict": 8, "temperature": 0, "response_fields": ["content", "generation_settings/n_predict", "timings/draft_n", "nope/x"]}
+    fields = ["content", "generation_settings/n_predict", "timings/draft_n", "nope/x"]
+    body = {"prompt": CODE, "n_predict": 8, "temperature": 0, "response_fields": fields}
     answer = coder.post("/completion", json=body).json()
     assert sorted(answer) == ["content", "generation_settings/n_predict", "timings/draft_n"]
     assert answer["generation_settings/n_predict"] == 8
@@ -363,23 +382,33 @@ def test_apply_template_is_the_chat_routes_prompt(coder, coder_llm):
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
-def test_openai_routes_without_v1_and_include_usage(coder):
+def test_openai_routes_without_v1_and_include_usage(coder, coder_llm, plain):
+    from plookup.app.bench.plain import chat_prompt_tokens
+
     assert coder.get("/models").json()["data"] == coder.get("/v1/models").json()["data"]
-    body = {"messages": [{"role": "user", "content": "Count to three."}], "max_tokens": 8, "temperature": 0}
+    messages = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    body = {"messages": messages, "max_tokens": 12, "temperature": 0}
     whole = coder.post("/chat/completions", json=body).json()
-    with coder.stream("POST", "/chat/completions", json=dict(body, stream=True, stream_options={"include_usage": True})) as r:
-        events = sse(r)
-    assert events[-1] == "[DONE]" and events[-2]["choices"] == []
+    usage_asked = dict(body, stream=True, stream_options={"include_usage": True})
+    with coder.stream("POST", "/chat/completions", json=usage_asked) as response:
+        events = sse(response)
+    assert events[-1] == "[DONE]" and events[-2]["choices"] == [] and events[-2]["id"] == events[0]["id"]
     usage = events[-2]["usage"]
-    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (whole["usage"]["prompt_tokens"], whole["usage"]["completion_tokens"])
-    assert usage["speculative"]["generated"] >= usage["completion_tokens"]
+    prompt = chat_prompt_tokens(coder_llm, messages)
+    assert usage["prompt_tokens"] == whole["usage"]["prompt_tokens"] == len(prompt)
+    assert usage["completion_tokens"] == whole["usage"]["completion_tokens"] == 12
+    assert usage["total_tokens"] == len(prompt) + 12 and usage["speculative"]["generated"] == 12
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-2])
-    assert text == whole["choices"][0]["message"]["content"]
+    expected = plain_text(plain, prompt, 12)
+    assert text.startswith(expected) and whole["choices"][0]["message"]["content"].startswith(expected)
+    plain_stream = coder.post("/v1/chat/completions", json=dict(body, stream=True))  # not asked: no usage chunk
+    assert '"usage"' not in plain_stream.text
 
 
 def test_llamacpp_metrics_count_what_the_answer_reports(coder):
     before = samples(coder)
-    answer = coder.post("/completion", json={"prompt": CODE + "    # compute\n", "n_predict": 16, "temperature": 0}).json()
+    body = {"prompt": CODE + "    # compute\n", "n_predict": 16, "temperature": 0}
+    answer = coder.post("/completion", json=body).json()
     after = samples(coder)
 
     def delta(name):
@@ -410,7 +439,8 @@ def test_llamacpp_metrics_count_what_the_answer_reports(coder):
     ("/completion", {"prompt": "x", "json_schema": {"type": "nope"}, "n_predict": 2}, "json_schema"),
     ("/completion", {"prompt": "x", "logit_bias": [[1]]}, "logit_bias"),
     ("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": "ok"}]}, "input_extra.0.text"),
-    ("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": 123, "text": "abc"}]}, "input_extra.0.filename"),
+    ("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": 123, "text": "abc"}]},
+     "input_extra.0.filename"),
     ("/infill", {"input_suffix": "b"}, "input_prefix"),
     ("/tokenize", {"with_pieces": True}, "content"),
     ("/detokenize", {"tokens": [-1]}, "tokens"),
