@@ -444,6 +444,7 @@ def test_llamacpp_metrics_count_what_the_answer_reports(coder):
     ("/infill", {"input_suffix": "b"}, "input_prefix"),
     ("/tokenize", {"with_pieces": True}, "content"),
     ("/detokenize", {"tokens": [-1]}, "tokens"),
+    ("/apply-template", {"messages": "hi"}, "messages"),
     ("/v1/completions", {"prompt": "x", "n_probs": 2}, "n_probs"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "return_tokens": True}, "return_tokens"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "samplers": ["nope"]}, "samplers"),

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, StrictStr
 
 from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
-from .controls import LlamaOptions, Shape, pick_fields, stat_counts
+from .controls import LlamaOptions, Shape, eog_tokens, pick_fields, stat_counts
 from .errors import APIError
 
 LLAMA_ROUTES = frozenset({
@@ -90,7 +90,7 @@ class DetokenizeBody(BaseModel):
 
 
 class ApplyTemplateBody(BaseModel):
-    messages: List[dict]
+    messages: List[llama_cpp.ChatCompletionRequestMessage]  # as the chat route takes them
 
 
 def piece_json(piece: bytes) -> Union[str, list[int]]:
@@ -347,6 +347,7 @@ def add_llama_routes(app: FastAPI, service) -> None:
     from .app import ChatCompletionRequest, CompletionRequest  # (app imports this module first)
 
     llm, model_name = service.llm, service.model_name
+    eog_tokens(llm)  # a walk over the vocabulary, done now rather than in the first request
 
     def check_token_ids(tokens: list[int], field: str) -> None:
         bad = [t for t in tokens if not 0 <= t < llm.n_vocab()]
