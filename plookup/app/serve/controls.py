@@ -157,28 +157,37 @@ class Clock:
 
 
 class Watch:
-    """The tokens one completion handed out (and when), with llama-server's time budget: once a
-    newline is out and `budget` seconds have passed since the first token, the generation ends at
-    the engine's next step (``t_max_predict_ms``)."""
+    """The tokens one completion handed out (and when), and llama-server's two ends of a code
+    completion, each at the engine's next step: its time budget (``t_max_predict_ms``: once a
+    newline is out and `budget` seconds have passed since the first token) and its indentation
+    (``n_indent``: a line after the first that starts less indented, see :func:`indent_cut`)."""
 
-    def __init__(self, llm, budget: Optional[float], eog: frozenset):
-        self.llm, self.budget, self.eog = llm, budget, eog
+    def __init__(self, llm, budget: Optional[float], eog: frozenset, n_indent: int = 0):
+        self.llm, self.budget, self.eog, self.n_indent = llm, budget, eog, n_indent
         self.tokens: list[int] = []
         self.clock = Clock()
-        self.newline = False
+        self.text, self.newline, self.indent_ended = b"", False, False
 
     def start(self) -> None:
-        self.tokens, self.newline = [], False
+        self.tokens, self.text, self.newline, self.indent_ended = [], b"", False, False
         self.clock.started()
 
     def __call__(self, token: int) -> None:
         self.clock.token()
         self.tokens.append(token)
-        if self.budget is not None and not self.newline and token not in self.eog:
-            self.newline = b"\n" in self.llm.detokenize([token], special=True)
+        if (self.budget is not None or self.n_indent) and token not in self.eog:
+            self.text += self.llm.detokenize([token], prev_tokens=self.tokens[:-1])
+            self.newline = self.newline or b"\n" in self.text
+            if self.n_indent and self.newline and not self.indent_ended:
+                self.indent_ended = indent_cut(self.text.decode("utf-8", errors="ignore"), self.n_indent) is not None
 
-    def over_budget(self) -> bool:
-        return self.newline and time.perf_counter() - self.clock.first > self.budget
+    @property
+    def watching(self) -> bool:
+        return self.budget is not None or self.n_indent > 0
+
+    def ended(self) -> bool:
+        over = self.budget is not None and self.newline and time.perf_counter() - self.clock.first > self.budget
+        return over or self.indent_ended
 
     def completion_tokens(self) -> list[int]:
         """The completion's tokens as llama_cpp counts them (an end-of-generation token is not one)."""
@@ -305,13 +314,13 @@ class Shape:
     def watch_tokens(self, call) -> Watch:
         o = self.options
         budget = o.t_max_predict_ms / 1000 if o is not None and o.t_max_predict_ms > 0 else None
-        watch = Watch(self.llm, budget, eog_tokens(self.llm))
+        watch = Watch(self.llm, budget, eog_tokens(self.llm), o.n_indent if o is not None else 0)
         call.chain, call.on_token = self.chain, watch
-        if budget is not None:
-            if self.hung_up is None:  # the client's, kept: each completion of the call has its own budget
+        if watch.watching:
+            if self.hung_up is None:  # the client's, kept: each completion of the call has its own ends
                 self.hung_up = call.cancelled or (lambda: False)
             hung_up = self.hung_up
-            call.cancelled = lambda: hung_up() or watch.over_budget()
+            call.cancelled = lambda: hung_up() or watch.ended()
         return watch
 
     # -- the answer
@@ -381,6 +390,20 @@ class Shape:
         self.watch.clock.stopped()
         events.append({"data": "[DONE]"})
         return events
+
+
+def indent_cut(text: str, n_indent: int) -> Optional[int]:
+    """Where llama-server's ``n_indent`` ends a completion: at the first character of the first
+    line after a newline that is indented less than `n_indent` (its indentation stays); None: nowhere."""
+    start = text.find("\n")
+    while start != -1:
+        at = start + 1
+        while at < len(text) and text[at] in " \t":
+            at += 1
+        if at < len(text) and text[at] != "\n" and at - start - 1 < n_indent:
+            return at
+        start = text.find("\n", start + 1)
+    return None
 
 
 def stat_counts(stats) -> dict:

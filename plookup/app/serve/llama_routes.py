@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, StrictStr
 
 from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
-from .controls import LlamaOptions, Shape, eog_tokens, pick_fields, stat_counts
+from .controls import LlamaOptions, Shape, eog_tokens, indent_cut, pick_fields, stat_counts
 from .errors import APIError
 
 LLAMA_ROUTES = frozenset({
@@ -138,20 +138,6 @@ def stop_reason(llm, result: dict, tokens: list[int], eog: frozenset, stop: list
         word = next((s for s in stop if rest.startswith(s)), next((s for s in stop if s in rest), stop[0]))
         return "word", word
     return "limit", ""
-
-
-def indent_cut(text: str, n_indent: int) -> Optional[int]:
-    """Where llama-server's ``n_indent`` ends a completion: at the first character of the first
-    line after a newline that is indented less than `n_indent` (its indentation stays); None: nowhere."""
-    start = text.find("\n")
-    while start != -1:
-        at = start + 1
-        while at < len(text) and text[at] in " \t":
-            at += 1
-        if at < len(text) and text[at] != "\n" and at - start - 1 < n_indent:
-            return at
-        start = text.find("\n", start + 1)
-    return None
 
 
 class Completion:
