@@ -373,6 +373,13 @@ def test_response_fields_and_timings(coder):
     assert 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
 
 
+def test_json_schema_constrains_the_answer(coder):
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    body = {"prompt": "The number five as JSON: ", "n_predict": 32, "temperature": 0, "json_schema": schema}
+    answer = coder.post("/completion", json=body).json()
+    assert answer["stop_type"] == "eos" and isinstance(json.loads(answer["content"])["n"], int)
+
+
 def test_apply_template_is_the_chat_routes_prompt(coder, coder_llm):
     from plookup.app.bench.plain import chat_prompt_tokens
 
