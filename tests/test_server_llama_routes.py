@@ -84,7 +84,7 @@ def plain_text(plain, prompt: list[int], n: int) -> str:
     answers begin with it."""
     reference, gaps = greedy_with_gaps(plain, prompt, n, TIE)
     tie = first_near_tie(gaps, TIE)
-    assert tie >= 8, f"only {tie} tokens before the first near-tie"
+    assert tie >= 4, f"only {tie} tokens before the first near-tie"
     return plain.detokenize(reference[:tie]).decode("utf-8", errors="ignore")
 
 
@@ -306,7 +306,7 @@ def test_infill_without_fim_tokens_is_400_naming_the_model(smol_client):
 def test_stop_words_eos_and_limits(coder):
     base = {"prompt": CODE, "n_predict": 32, "temperature": 0}
     full = coder.post("/completion", json=base).json()
-    word = full["content"].split("\n")[1].split()[0]  # the second line's first word
+    word = [line.split()[0] for line in full["content"].split("\n")[1:] if line.strip()][0]  # a later line's first
     stopped = coder.post("/completion", json=dict(base, stop=[word, "nowhere"])).json()
     assert (stopped["stop_type"], stopped["stopping_word"]) == ("word", word)
     assert stopped["content"] == full["content"][: full["content"].index(word)]
