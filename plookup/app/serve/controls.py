@@ -309,7 +309,23 @@ class Shape:
         """``create(**kwargs)`` as this request's generation, inside its `call`."""
         self.watch = self.watch_tokens(call)
         self.watch.start()
-        return create(**kwargs, stream=stream) if stream else create(**kwargs)
+        if stream:
+            return create(**kwargs, stream=stream)
+        result = create(**kwargs)
+        if self.watch.ended():
+            self.text_from_tokens(result)
+        return result
+
+    def text_from_tokens(self, result: dict) -> None:
+        """llama_cpp sets a whole completion's text where it stops it (its length, a stop, the end of
+        text); a generation the watch ended stops from outside, and llama_cpp leaves its text empty."""
+        tokens = self.watch.completion_tokens()
+        text = self.llm.detokenize(tokens, prev_tokens=self.prompt or None).decode("utf-8", errors="ignore")
+        choice = result["choices"][0]
+        if "text" in choice:
+            choice["text"] = text
+        else:
+            choice["message"]["content"] = text
 
     def watch_tokens(self, call) -> Watch:
         o = self.options
