@@ -48,6 +48,7 @@ from ..measure.exactness import (
     slots_exact,
 )
 from ..verify.backend import BackendGreedy
+from ..verify.chain import Chain
 from ..verify.grammar import check_grammar
 from ..verify.greedy import greedy_rows, logits_row
 from ..verify.logprobs import Logprobs
@@ -92,6 +93,12 @@ class Call:
     # Set by a completion that asks for logprobs (None: no row is read for them): each emitted
     # token's values, read from the row that chose it.
     logprobs: Optional[Logprobs] = None
+    # llama-server's sampler chain (a request's `samplers` order and its other samplers), built in
+    # place of llama_cpp's; None: llama_cpp's chain, or plookup's argmax where that is the same.
+    chain: Optional[Chain] = None
+    # Called with every token handed to llama_cpp's completion code, as it is handed over (a
+    # server's token ids, timings and time budget).
+    on_token: Optional[Callable[[int], None]] = None
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()
@@ -485,12 +492,16 @@ class Llama(llama_cpp.Llama):
                         call.logprobs.read(self._logits_row(-1), token)
                     stats.record_step(0, 0)
                     stats.generated += 1
+                    if call.on_token is not None:
+                        call.on_token(token)
                     yield token
             return
         # A greedy chain without a grammar reads each row's argmax in place (plookup.verify.greedy), or
         # has it read on the backend where nothing else reads the row (plookup.verify.backend):
         # stopping criteria and logprobs read it.
         sampler = greedy_rows(self._n_vocab, self.last_n_tokens_size, grammar=grammar, **sampling)
+        if call.chain is not None:
+            sampler = None  # built as the request lists it (its logit bias, say), never read as an argmax
         reads_rows = stopping_criteria is not None or call.logprobs is not None
         if sampler is not None and self.backend_sampling and sampler.window is None and not reads_rows:
             sampler = BackendGreedy()
@@ -500,7 +511,24 @@ class Llama(llama_cpp.Llama):
             return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
         randomly = sampling["temp"] != 0  # llama_cpp: < 0 samples too
         call.generation = self._engine.admit(tokens, call, sampler, randomly, stopping_criteria)
-        yield from self._engine.tokens(call.generation)
+        if call.on_token is None:
+            yield from self._engine.tokens(call.generation)
+            return
+        tokens = self._engine.tokens(call.generation)
+        try:
+            for token in tokens:
+                call.on_token(token)
+                yield token
+        finally:
+            tokens.close()  # now, as `yield from` would: closing the generation frees its slot
+
+    def _init_sampler(self, **sampling):
+        # llama_cpp builds the chain of every generation that samples on the host, its own plain
+        # loop's included: the running call's llama-server chain where it has one.
+        call = _current_call.get()
+        if call is not None and call.chain is not None:
+            return call.chain.build(self, self._seed, **sampling)
+        return super()._init_sampler(**sampling)
 
     # -- many prompts at once
 

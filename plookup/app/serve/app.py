@@ -18,7 +18,6 @@ generator to the garbage collector.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Callable, List, Literal, Optional, Union
@@ -37,9 +36,11 @@ from ...api.llama import Llama
 from ...api.logprobs import check_logprobs
 from ...api.prediction import chunk_text, completion_text, prediction_text
 from ...verify.grammar import check_grammar
+from .controls import LlamaOptions, Shape
 from .errors import APIError, error_event, install_error_handlers, model_error
 from .guards import CountRequests, LimitBody, ModelGate, RequireKey
 from .limits import Limits
+from .llama_routes import LLAMA_ROUTES, add_llama_routes
 from .metrics import CONTENT_TYPE, Metrics
 
 ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health"})
@@ -57,11 +58,11 @@ class Prediction(BaseModel):
     content: Union[str, List[PredictionTextPart]]
 
 
-class CompletionRequest(CreateCompletionRequest):
+class CompletionRequest(LlamaOptions, CreateCompletionRequest):
     prediction: Optional[Prediction] = None
 
 
-class ChatCompletionRequest(CreateChatCompletionRequest):
+class ChatCompletionRequest(LlamaOptions, CreateChatCompletionRequest):
     prediction: Optional[Prediction] = None
 
 
@@ -170,18 +171,26 @@ class Service:
             raise APIError(400, f"the prediction is over the server's limit of {limit} tokens",
                            param="prediction", code="prediction_too_long")
 
-    async def respond(self, request: Request, body, create_name: str):
+    async def respond(self, request: Request, body, create_name: str, shape: Optional[Shape] = None):
+        """`shape`: what the route adds to the request and how it shapes the answer (default:
+        OpenAI's, with the llama-server fields the /v1 routes take)."""
+        shape = shape or Shape(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
         kwargs, prediction = self.arguments(body)
+        shape.prepare(kwargs)
         try:
-            await run_in_threadpool(self.probe.prompt, create_name, kwargs)
+            shape.prompt = await run_in_threadpool(self.probe.prompt, create_name, kwargs)
         except ValueError as e:
             raise model_error(e, body) from e
         self.metrics.queue_wait.observe(await self.gate.enter())
         create = getattr(self.llm, create_name)
+
+        def run(call, stream: bool = False):
+            return shape.run(create, kwargs, call, stream)
+
         if body.stream:
-            return await self.start_stream(body, create, kwargs, prediction)  # the stream leaves the gate
+            return await self.start_stream(body, run, prediction, shape)  # the stream leaves the gate
         try:
-            call, result = await self.generate(request, create, kwargs, prediction)
+            call, result = await self.generate(request, run, prediction)
         except ValueError as e:
             raise model_error(e, body) from e
         finally:
@@ -191,16 +200,18 @@ class Service:
             details = await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(result))
             result["usage"]["completion_tokens_details"] = details
             self.metrics.record_prediction(details)
-        return result
+        answer = shape.whole(result, call)
+        self.metrics.record_timings(shape.timings(call))
+        return answer
 
-    async def generate(self, request: Request, create, kwargs: dict, prediction):
+    async def generate(self, request: Request, run, prediction):
         """(call, result) of a non-streamed request, which ends at its next step once the client
         hangs up."""
         gone = threading.Event()
 
         def generate():
             with self.llm.request(prediction, cancelled=gone.is_set) as call:
-                return call, create(**kwargs)
+                return call, run(call)
 
         refused: Optional[ValueError] = None
         async with anyio.create_task_group() as group:
@@ -215,7 +226,7 @@ class Service:
             raise refused
         return done
 
-    async def start_stream(self, body, create, kwargs: dict, prediction):
+    async def start_stream(self, body, run, prediction, shape: Shape):
         """Run the stream's first step before the response starts, so that its errors are a real
         status; the response then leaves the gate when it ends, however it ends."""
         llm, gate, metrics = self.llm, self.gate, self.metrics
@@ -223,7 +234,7 @@ class Service:
 
         def first_chunk():
             with llm.request(prediction, cancelled=gone.is_set) as call:
-                chunks = create(**kwargs, stream=True)
+                chunks = run(call, stream=True)
             return call, chunks, next(chunks, None)
 
         try:
@@ -240,11 +251,14 @@ class Service:
             try:
                 if first is not None:
                     text.append(chunk_text(first))
-                    yield {"data": json.dumps(first)}
+                    for event in shape.events(first):
+                        yield event
                     async for chunk in iterate_in_threadpool(chunks):
                         text.append(chunk_text(chunk))
-                        yield {"data": json.dumps(chunk)}
-                yield {"data": "[DONE]"}
+                        for event in shape.events(chunk):
+                            yield event
+                for event in shape.closing(call):
+                    yield event
             except ValueError as e:
                 yield error_event(model_error(e, body))
 
@@ -255,6 +269,7 @@ class Service:
             finally:
                 gate.leave()
             metrics.record_generation(call.stats.as_dict())
+            metrics.record_timings(shape.timings(call))
             if call.prediction:
                 metrics.record_prediction(await run_in_threadpool(llm.prediction_details, call.prediction, "".join(text)))
 
@@ -263,7 +278,7 @@ class Service:
 
 def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None) -> FastAPI:
     """The app serving `llm` to requests whose ``model`` is `model_name` (or absent)."""
-    metrics = Metrics(ROUTES)
+    metrics = Metrics(ROUTES | LLAMA_ROUTES)
     metrics.watch_engine(llm._engine)
     service = Service(llm, model_name, limits, metrics)
     created = int(time.time())
@@ -301,4 +316,5 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     async def health():
         return {"status": "ok"}
 
+    add_llama_routes(app, service)  # llama-server's own routes, and the /v1 ones without /v1
     return app
