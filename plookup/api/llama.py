@@ -34,6 +34,7 @@ import llama_cpp._internals as internals
 import numpy as np
 
 from ..draft.drafters import IndexDrafter, check_max_draft, make_drafter
+from ..draft.values import Speculative
 from ..engine import Engine
 from ..engine.decode_thread import DecodeThread, teams_per_thread
 from ..measure.costs import cached_cost_curve
@@ -99,6 +100,8 @@ class Call:
     # Called with every token handed to llama_cpp's completion code, as it is handed over (a
     # server's token ids, timings and time budget).
     on_token: Optional[Callable[[int], None]] = None
+    # Its control of the drafts (llama-server's `speculative` field): bounds on this request only.
+    speculative: Speculative = Speculative()
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()
@@ -372,8 +375,8 @@ class Llama(llama_cpp.Llama):
     # -- the public entry points keep llama_cpp's signatures; completions gain usage["speculative"]
     # and an optional OpenAI-style `prediction`
 
-    def create_completion(self, *args, prediction=None, **kwargs):
-        call, owner = self._call(prediction)
+    def create_completion(self, *args, prediction=None, speculative=None, **kwargs):
+        call, owner = self._call(prediction, speculative)
         request = COMPLETION.bind(self, *args, **kwargs).arguments
         del request["self"]
         # max_tokens <= 0 or None is "up to the context", which the room left bounds anyway.
@@ -389,36 +392,39 @@ class Llama(llama_cpp.Llama):
             result = with_logprobs(self, request["prompt"], logprobs, result)
         return self._deliver(call, owner, result)
 
-    def create_chat_completion(self, *args, prediction=None, **kwargs):
+    def create_chat_completion(self, *args, prediction=None, speculative=None, **kwargs):
         # The chat handler generates through self.create_completion, which joins this call.
-        call, owner = self._call(prediction)
+        call, owner = self._call(prediction, speculative)
         return self._deliver(call, owner, _within(call, super().create_chat_completion, *args, **kwargs))
 
     @contextlib.contextmanager
-    def request(self, prediction=None, cancelled: Optional[Callable[[], bool]] = None) -> Iterator[Call]:
+    def request(self, prediction=None, cancelled: Optional[Callable[[], bool]] = None,
+                speculative=None) -> Iterator[Call]:
         """The create_* calls inside the block (and their streams) run as this one request: with
-        this prediction, ending early once ``cancelled()`` is true, counted in the Call's stats.
+        this prediction and `speculative` (:class:`plookup.draft.values.Speculative` or a dict of
+        its fields), ending early once ``cancelled()`` is true, counted in the Call's stats.
         Its prediction's accounting is left to the caller (:meth:`prediction_details`): a server
         does it outside its model lock."""
-        call = self._new_call(prediction, cancelled)
+        call = self._new_call(prediction, cancelled, speculative)
         token = _current_call.set(call)
         try:
             yield call
         finally:
             _current_call.reset(token)
 
-    def _call(self, prediction) -> tuple[Call, bool]:
+    def _call(self, prediction, speculative=None) -> tuple[Call, bool]:
         """(the call, whether this entry point owns it): the running one (a chat handler's
         completion inside create_chat_completion, or any call inside :meth:`request`), or a new one."""
         running = _current_call.get()
-        if prediction is None and running is not None:
+        if prediction is None and speculative is None and running is not None:
             return running, False
-        return self._new_call(prediction), True
+        return self._new_call(prediction, speculative=speculative), True
 
-    def _new_call(self, prediction, cancelled=None) -> Call:
+    def _new_call(self, prediction, cancelled=None, speculative=None) -> Call:
+        control = Speculative.of(speculative)  # a bad field is the caller's ValueError, before any work
         stats = SpecStats(exact=self.exact)  # before anything can fail: a failed call owns empty stats
         tokens = () if prediction is None else self.tokenize(prediction_text(prediction).encode("utf-8"), add_bos=False)
-        return Call(stats, tokens, cancelled)
+        return Call(stats, tokens, cancelled, speculative=control)
 
     def _deliver(self, call: Call, owner: bool, result):
         if not isinstance(result, dict):

@@ -130,27 +130,27 @@ def measure_host(llm, tokens: int = 48) -> dict:
 
     import numpy as np
 
+    from ..draft.values import PLAIN
     from ..measure.clock import DecodeClock
 
-    clock, own = DecodeClock(llm), llm.drafter.max_draft
+    clock = DecodeClock(llm)
     random = np.random.default_rng(2).integers(100, llm.n_vocab(), 64).tolist()
-    cases = {"no draft": (random, 0), "drafting": (list(range(300, 340)) * 3, own)}
+    cases = {"no draft": (random, PLAIN), "drafting": (list(range(300, 340)) * 3, None)}
     out = {}
     try:
-        for name, (prompt, max_draft) in cases.items():
-            llm.drafter.max_draft = max_draft
+        for name, (prompt, speculative) in cases.items():
             llm.prefill(prompt, temp=0.0, repeat_penalty=1.0)  # not eval: see Llama.prefill
             clock.reset()
             start = time.perf_counter()
-            for n, _ in enumerate(llm.generate(prompt, temp=0.0, repeat_penalty=1.0), 1):
-                if n >= tokens:
-                    break
+            with llm.request(speculative=speculative):
+                for n, _ in enumerate(llm.generate(prompt, temp=0.0, repeat_penalty=1.0), 1):
+                    if n >= tokens:
+                        break
             wall = time.perf_counter() - start
             host = wall - clock.decode_seconds
             out[name] = dict(us_per_token=1e6 * host / tokens, us_per_decode=1e6 * host / clock.decodes,
                              decode_ms=1e3 * clock.decode_seconds / clock.decodes, ms_per_token=1e3 * wall / tokens)
     finally:
-        llm.drafter.max_draft = own
         llm.reset()
     return out
 

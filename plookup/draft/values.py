@@ -73,3 +73,50 @@ class Candidate:
 
 
 NO_CANDIDATE = Candidate(EMPTY, np.zeros(0), 0, REQUEST)
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """One request's control of its drafts, in llama-server's terms: at most ``n_max`` draft tokens
+    a step (None: the drafter's own bound; 0: plain decoding), a draft shorter than ``n_min``
+    dropped, and a draft cut before the first token whose chance of acceptance, given the ones
+    before it accepted (the policy's estimate), is below ``p_min``."""
+
+    n_max: Optional[int] = None
+    n_min: int = 0
+    p_min: float = 0.0
+
+    def __post_init__(self):
+        for name in ("n_max", "n_min"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"speculative.{name} must be an integer >= 0, got {value!r}")
+        if isinstance(self.p_min, bool) or not isinstance(self.p_min, (int, float)) or not 0 <= self.p_min <= 1:
+            raise ValueError(f"speculative.p_min must be a number in [0, 1], got {self.p_min!r}")
+
+    @classmethod
+    def of(cls, value) -> "Speculative":
+        """A request's ``speculative`` field: None, a Speculative, or a mapping of its fields."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"speculative must be an object with n_max, n_min, p_min, got {value!r}")
+        unknown = sorted(set(value) - {"n_max", "n_min", "p_min"})
+        if unknown:
+            raise ValueError(f"speculative.{unknown[0]} is not a field plookup takes (n_max, n_min, p_min)")
+        return cls(**value)
+
+    def cut(self, p: np.ndarray) -> np.ndarray:
+        """Prefix probabilities `p` (p[k]: tokens 0..k all accepted) up to the first token whose
+        own chance, p[k] / p[k - 1], is below p_min."""
+        if self.p_min <= 0 or len(p) == 0:
+            return p
+        before = np.concatenate(([1.0], p[:-1]))
+        own = np.divide(p, before, out=np.zeros(len(p)), where=before > 0)
+        below = np.flatnonzero(own < self.p_min)
+        return p[: below[0]] if below.size else p
+
+
+PLAIN = Speculative(n_max=0)

@@ -162,7 +162,7 @@ class Engine:
                     return
                 gen = self._waiting.popleft()
             slot = max(free, key=lambda s: (s.shared_prefix(gen.prompt), -s.index))
-            gen.drafter = self.llm.drafter if slot.index == 0 else self.llm.drafter.spawn()
+            gen.drafter = self._drafter(slot)
             try:
                 self._keep_prefix(slot, gen)
                 gen.drafter.start([*gen.call.prediction, *gen.prompt])  # a prediction is history to draft from
@@ -174,6 +174,19 @@ class Engine:
                 gen.error = e  # raised in the requesting thread
                 continue
             slot.generation, gen.slot = gen, slot
+
+    def _drafter(self, slot: Slot):
+        """Slot 0 drafts with the model's drafter, and every other slot with one it spawned from it
+        and keeps, index included, between requests like slot 0 (a follow-up request indexes only
+        its new tokens), spawned again only once the model's drafter or its settings changed."""
+        model = self.llm.drafter
+        if slot.index == 0:
+            return model
+        # (a tuple compares the objects by identity, the numbers by value)
+        made_from = (model, model.policy, getattr(model, "corpus", None), model.max_draft, model.branches)
+        if slot.drafter is None or slot.drafter_made_from != made_from:
+            slot.drafter, slot.drafter_made_from = model.spawn(), made_from
+        return slot.drafter
 
     def _keep_prefix(self, slot: Slot, gen: Generation) -> None:
         prompt = gen.prompt
@@ -410,6 +423,8 @@ class Engine:
             limit = min(self._room(gen.slot), llm.n_batch - len(decoding) - reserve)
             if gen.call.max_tokens is not None:  # a step emits accepted + 1 tokens
                 limit = min(limit, gen.call.max_tokens - gen.emitted - 1)
+            if gen.call.speculative.n_max is not None:
+                limit = min(limit, gen.call.speculative.n_max)
             limits.append(limit)
 
         def timed(gen, ask, limit):  # the drafter's time is its generation's
@@ -419,11 +434,15 @@ class Engine:
             finally:
                 gen.call.stats.draft_seconds += time.perf_counter() - start
 
-        if len(decoding) == 1:
-            return [timed(decoding[0], decoding[0].drafter.propose, limits[0])]
-        offers = [timed(gen, gen.drafter.offer, limit) for gen, limit in zip(decoding, limits)]
-        lengths = self.size_drafts([p for _, p in offers], llm.drafter.policy.cost, llm.n_batch - reserve)
-        return [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
+        if len(decoding) == 1 and not decoding[0].call.speculative.p_min:
+            drafts = [timed(decoding[0], decoding[0].drafter.propose, limits[0])]
+        else:  # several slots sized together; or one whose request cuts its drafts by p_min
+            offers = [timed(gen, gen.drafter.offer, limit) for gen, limit in zip(decoding, limits)]
+            chances = [gen.call.speculative.cut(p) for gen, (_, p) in zip(decoding, offers)]
+            lengths = self.size_drafts(chances, llm.drafter.policy.cost, llm.n_batch - reserve)
+            drafts = [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
+        # a request's n_min drops its shorter drafts, as llama-server's does
+        return [NO_DRAFT if len(d) < gen.call.speculative.n_min else d for gen, d in zip(decoding, drafts)]
 
     def _sample(self, gen: Generation, start: int):
         """sample(row): the generation's sampler chain on its row `row` (batch row start + row);

@@ -26,6 +26,8 @@ class Slot:
         self._tokens = None if model is not None else np.zeros(size, dtype=np.intc)
         self._n = 0
         self.generation: Optional[Generation] = None  # the request running here, if any
+        # Slots >= 1: the drafter spawned from the model's, and what it was spawned from (Engine._drafter).
+        self.drafter, self.drafter_made_from = None, None
 
     @property
     def tokens(self) -> np.ndarray:

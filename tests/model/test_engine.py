@@ -12,7 +12,6 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.draft.drafters import IndexDrafter
 
 from conftest import LLAMA_KWARGS
 from support.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps, standard_workloads
@@ -68,12 +67,9 @@ def check_against_plain(prompts, references, outputs):
 
 
 @pytest.mark.budget(60)  # with the module's references: plain greedy on 9 prompts
-def test_concurrent_greedy_answers_are_the_serial_answers(parallel_smol, references, monkeypatch):
+def test_concurrent_greedy_answers_are_the_serial_answers(parallel_smol, references):
     llm = parallel_smol
     prompts, refs = references
-    spawned = []
-    spawn = IndexDrafter.spawn
-    monkeypatch.setattr(IndexDrafter, "spawn", lambda self: spawned.append(spawn(self)) or spawned[-1])
     steps = llm._engine.steps
     outputs = run_concurrently(llm, prompts, greedy_tokens(llm, MAX_TOKENS))
     tokens = [t for t, _ in outputs]
@@ -84,10 +80,12 @@ def test_concurrent_greedy_answers_are_the_serial_answers(parallel_smol, referen
     assert llm._engine.steps - steps < passes
     assert sum(stats.accepted for _, stats in outputs) > 0
     assert all(stats.exact is not True for _, stats in outputs)  # shared: not claimed exact
-    # A slot drafts from its own request only: each spawned drafter indexed one prompt and its
-    # output, nothing of another slot's.
-    assert spawned
-    for drafter in spawned:
+    # A slot drafts from its own request only: each slot's drafter (slot 0's is the model's, the
+    # others' their own, kept between requests) indexed one prompt and its output, nothing of
+    # another slot's.
+    drafters = [llm.drafter] + [slot.drafter for slot in llm._engine.slots[1:]]
+    assert all(drafters) and len({id(d) for d in drafters}) == len(drafters)
+    for drafter in drafters:
         history = drafter.index.tokens.tolist()
         owners = [i for i, p in enumerate(prompts) if history[: len(p)] == p]
         assert len(owners) == 1

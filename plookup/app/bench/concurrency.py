@@ -31,6 +31,8 @@ from typing import Optional
 import llama_cpp
 import numpy as np
 
+from ...draft.drafters import DEFAULT_MAX_DRAFT
+from ...draft.values import Speculative
 from .report import grid
 
 # llama-server's systems: decoding plainly (None) and its model-free drafters.
@@ -101,14 +103,14 @@ def parse_kinds(text: str) -> list[str]:
 
 
 def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, seed: int,
-                  through_eog: bool = False) -> dict:
+                  through_eog: bool = False, n_max: Optional[int] = None) -> dict:
     """One request's tokens, up to `max_tokens` or its end-of-generation token (included, as
     every system of the bench counts it; `through_eog`: on past it), and the time each reached
-    its client."""
+    its client. `n_max`: its drafts' bound (0: plain decoding)."""
     start = time.perf_counter()
     times, tokens = [], []
     vocab = llm._model.vocab
-    with llm.request() as call:
+    with llm.request(speculative=Speculative(n_max=n_max)) as call:
         call.max_tokens = max_tokens
         call.seed = seed
         for token in itertools.islice(llm.generate(prompt, temp=temperature), max_tokens):
@@ -163,8 +165,11 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
         # Decodes on a thread of their own, as `plookup serve` has them: the clients are threads
         # of a pool, and a decode from a thread other than the one that loaded the model ran 30%
         # slower at one client (plookup.engine.decode_thread).
-        llm = plookup.Llama(parallel=clients, max_draft=args.max_draft, decode_thread=True, **kwargs)
-        own = llm.drafter.max_draft
+        # The drafter's bound is the longest any system drafts; each request bounds its own.
+        own = DEFAULT_MAX_DRAFT if args.max_draft is None else args.max_draft
+        llm = plookup.Llama(parallel=clients, max_draft=max([own, *(args.also_max_draft or ())]), decode_thread=True,
+                            **kwargs)
+        own = min(own, llm.drafter.max_draft)  # where the exactness probe capped the drafter
         bound = always_right_bound(llm.drafter.policy.cost, clients, own)
         sets = request_sets(llm, args.seed, args.per_kind, kinds)
         servers = []
@@ -197,19 +202,19 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
                     order = list(systems.items())
                     for system, remote in order[::-1] if repeat % 2 else order:
                         if remote is None:
-                            llm.drafter.max_draft = local[system]
                             llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
                             llm._engine.trace = [] if args.trace else None
-                            request = functools.partial(timed_request, llm)
+                            request = functools.partial(timed_request, llm, n_max=local[system])
                         else:
                             request = remote.stream
                         cell = run_cell(request, prompts, clients, max_tokens, temperature, through_eog)
-                        if remote is None and args.trace:
-                            cell["steps"] = [dataclasses.asdict(step) for step in llm._engine.trace]
-                            llm._engine.trace = None
                         cells[system].append(cell)
                         note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
                              f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")
+                        if remote is None and args.trace:
+                            cell["steps"] = [dataclasses.asdict(step) for step in llm._engine.trace]
+                            llm._engine.trace = None
+                            note("  " + trace_summary(cell["steps"], clients))
                 # Greedy outputs, for `plookup bench --replay` under another curve.
                 if temperature == 0 and clients == levels[0]:
                     record.setdefault("recorded", {})[kind] = [
@@ -222,10 +227,24 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
         finally:
             for remote in servers:
                 remote.close()
-        llm.drafter.max_draft = own
         del llm
     print(grid(header, rows))
     return record
+
+
+def trace_summary(steps: list[dict], clients: int) -> str:
+    """Where a run's time went, from its steps (:class:`plookup.engine.engine.StepRecord` as dicts):
+    decodes and host work, the steps that drafted and what they returned, and the tail, the steps
+    after the last one with every slot busy (a closed set of requests ends with fewer rows a step:
+    where some requests draft and finish first, the others finish on their own)."""
+    seconds = [s["host_before"] + s["decode"] + s["host_after"] for s in steps]
+    busy = [len(s["drafted"]) + (s["prefilled"] > 0) >= clients for s in steps]
+    last_full = max((i for i, b in enumerate(busy) if b), default=-1)
+    drafting = [s for s in steps if sum(s["drafted"])]
+    return (f"{len(steps)} steps, {sum(s['rows'] for s in steps)} rows: decode {sum(s['decode'] for s in steps):.1f} s, "
+            f"host {sum(s['host_before'] + s['host_after'] for s in steps):.2f} s; {len(drafting)} steps drafted "
+            f"{sum(sum(s['drafted']) for s in drafting)} tokens, {sum(sum(s['accepted']) for s in drafting)} accepted; "
+            f"tail {sum(seconds[last_full + 1 :]):.1f} s ({len(steps) - last_full - 1} steps with fewer than {clients} slots)")
 
 
 def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, cells: dict) -> None:

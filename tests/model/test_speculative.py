@@ -1,0 +1,85 @@
+"""Speculation per request (llama-server's `speculative: {n_max, n_min, p_min}`), and each slot's
+drafter kept between requests."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import plookup
+from plookup.draft.values import PLAIN
+
+from conftest import LLAMA_KWARGS
+
+# A prompt that repeats: without a bound the drafter drafts long and is accepted.
+REPEATS = list(range(300, 340)) * 3
+
+
+@pytest.fixture(scope="module")
+def smol(model_path):
+    return plookup.Llama(model_path["smollm2"], **LLAMA_KWARGS)
+
+
+def drafts_of(llm, speculative, n=48):
+    """(tokens, each step's draft length) of a greedy generation of n tokens over REPEATS."""
+    llm._engine.trace = []
+    try:
+        with llm.request(speculative=speculative):
+            tokens = list(itertools.islice(llm.generate(REPEATS, temp=0.0), n))
+        return tokens, [d for step in llm._engine.trace for d in step.drafted]
+    finally:
+        llm._engine.trace = None
+
+
+@pytest.mark.budget(40)
+def test_each_request_bounds_its_own_drafts(smol):
+    tokens, drafts = drafts_of(smol, None)
+    assert max(drafts) > 8  # the control: unbounded, this request drafts long
+    plain, none = drafts_of(smol, PLAIN)
+    assert not any(none) and len(none) == 47  # n_max 0: plain decoding, one step a token after the prompt's
+    short, four = drafts_of(smol, {"n_max": 4})
+    assert 0 < max(four) <= 4
+    _, dropped = drafts_of(smol, {"n_min": 1000})
+    assert not any(dropped)
+    _, unlikely = drafts_of(smol, {"p_min": 1.0})
+    assert not any(unlikely)  # no estimate of a draft token's chance reaches 1
+    assert plain == short == tokens  # greedy: the same text however long the drafts (near ties aside)
+    tokens, drafts = drafts_of(smol, None)
+    assert max(drafts) > 8  # the bound was that request's, not the model's
+
+
+@pytest.mark.budget(40)
+def test_a_bad_speculative_field_fails_before_any_work(smol):
+    before = smol._engine.steps
+    with pytest.raises(ValueError, match="speculative.n_max"):
+        smol.create_completion(REPEATS, max_tokens=4, speculative={"n_max": -2})
+    assert smol._engine.steps == before
+    result = smol.create_completion(REPEATS, max_tokens=8, temperature=0.0, speculative={"n_max": 0})
+    assert result["usage"]["completion_tokens"] == 8 and result["usage"]["speculative"]["drafted"] == 0
+
+
+@pytest.mark.budget(40)
+def test_every_slot_keeps_its_drafter_and_index_between_requests(model_path):
+    """Slot 1's follow-up request drafts with the drafter of its first one, which indexes only what
+    is new (slots >= 1 used to get a fresh drafter, and index the whole prompt, at every request)."""
+    llm = plookup.Llama(model_path["smollm2"], parallel=2, **LLAMA_KWARGS)
+    first = llm.generate(list(range(500, 540)) * 2, temp=0.0)
+    next(first)  # slot 0 is taken by this generation, still open
+    prompt = REPEATS
+    with llm.request() as call:
+        call.max_tokens = 16  # the engine emits no more than its caller takes: the index holds them all
+        answer = list(itertools.islice(llm.generate(prompt, temp=0.0), 16))
+    slot, drafter = call.generation.slot, call.generation.drafter
+    assert slot.index == 1 and drafter is slot.drafter and drafter is not llm.drafter
+    assert drafter.index.tokens.tolist() == prompt + answer
+    extended = []
+    original = drafter.extend
+    drafter.extend = lambda tokens: extended.append(len(tokens)) or original(tokens)
+    follow_up = prompt + answer + [11, 12, 13]
+    with llm.request() as again:
+        list(itertools.islice(llm.generate(follow_up, temp=0.0), 8))
+    assert again.generation.slot is slot and again.generation.drafter is drafter
+    assert extended[0] == 3  # only the new tokens were indexed
+    assert again.stats.prefill_tokens == 4  # and the cells kept: the answer's newest token, and the new ones
+    first.close()
