@@ -161,6 +161,8 @@ def test_a_list_of_prompts_gets_a_choice_each(client, smol):
     (b'{"prompt": "1, 2,", "max_tokens": ', "the request body is not valid JSON: Expecting value at character 34"),
     (b'{"prompt": "hi"} trailing', "the request body is not valid JSON: Extra data at character 17"),
     (b'{"prompt": "\xff"}', "the request body is not valid JSON: it is not UTF-8 text"),
+    (b"[" * 100_000, "the request body is not valid JSON: it is nested too deeply"),  # a RecursionError inside
+    (b"", "the request body is empty: a JSON object is expected"),
     (b"[1, 2]", "body: Input should be a valid dictionary or object to extract fields from"),
 ])  # fmt: skip
 def test_a_malformed_body_is_400_naming_the_problem(client, body, message):

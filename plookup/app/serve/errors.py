@@ -63,6 +63,8 @@ def install_error_handlers(app: FastAPI) -> None:
                 reason = (problem.get("ctx") or {}).get("error", "")
                 return error_response(APIError(400, f"the request body is not valid JSON: {reason}{where}"))
         first = problems[0]
+        if first["type"] == "missing" and tuple(first["loc"]) == ("body",):
+            return error_response(APIError(400, "the request body is empty: a JSON object is expected"))
         param = ".".join(str(part) for part in first["loc"] if part != "body") or None
         message = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
         return error_response(APIError(400, message, param=param))
