@@ -226,8 +226,10 @@ def test_a_repeated_request_drafts_from_the_earlier_answer_by_default(without_me
         other = dict(preflight, Origin="http://evil.test")
         status, headers, _ = http(url, "/v1/completions", "OPTIONS", headers=other)
         assert status == 400 and "access-control-allow-origin" not in {k.lower() for k in headers}
-    texts = {a["choices"][0]["text"] for a in (first, again, *without_memory)}
-    assert len(texts) == 1  # greedy text unchanged by where the drafts came from
+    # Greedy text unchanged by where the drafts came from: each call against the same call of a server
+    # without the memory (a repeated call finds its prompt cached, whose last row may round otherwise).
+    text = lambda answer: answer["choices"][0]["text"]  # noqa: E731
+    assert (text(first), text(again)) == (text(without_memory[0]), text(without_memory[1]))
     from_memory = [a["usage"]["speculative"]["accepted_from_memory"] for a in (first, again, *without_memory)]
     assert from_memory[0] == from_memory[2] == from_memory[3] == 0
     assert from_memory[1] >= 40  # of 48 tokens: the earlier answer, drafted whole
