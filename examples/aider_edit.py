@@ -364,8 +364,9 @@ def fresh_copy(work: Path, name: str) -> Path:
 def compare_drafting(args, aider: Path, work: Path) -> list[Run]:
     """Each format once with drafting off, then once on: one server start for each setting."""
     runs: list[Run] = []
+    # Drafting from each request's own text only: the server's memory (on by default) is the --memory session's.
     for label, options in (("drafting off", ["--max-draft", "0"]), ("drafting on", [])):
-        with serving(args.model, work / "server.log", *options) as url:
+        with serving(args.model, work / "server.log", "--no-memory", *options) as url:
             for edit_format in args.formats:
                 file = fresh_copy(work, f"{label.replace(' ', '-')}-{edit_format}")
                 runs.append(measured_edit(Run(label, edit_format, 1), aider, url, file, EDIT, args.timeout))
@@ -379,7 +380,8 @@ def compare_memory(args, aider: Path, work: Path) -> list[Run]:
     for label in ("memory off", "memory on"):
         memory = work / "memory.bin"
         memory.unlink(missing_ok=True)
-        options = ["--memory", str(memory), "--memory-tokens", str(args.memory_tokens)] if label == "memory on" else []
+        on = ["--memory", str(memory), "--memory-tokens", str(args.memory_tokens)]
+        options = on if label == "memory on" else ["--no-memory"]
         file = fresh_copy(work, f"{label.replace(' ', '-')}-{args.memory_format}")
         with serving(args.model, work / "server.log", *options) as url:
             for turn, edit in enumerate(TURNS, 1):

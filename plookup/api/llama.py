@@ -239,6 +239,17 @@ class Llama(llama_cpp.Llama):
         # llama.cpp may round n_ctx up, but input_ids holds the requested n_ctx: create_completion
         # sizes max_tokens <= 0 by _n_ctx, and a generation it did not cap would lose its text.
         self._n_ctx = min(self._n_ctx, len(self.input_ids))
+        self.parallel = parallel
+        self.drafter = drafter if drafter is not None else make_drafter()
+        if max_draft is not None:
+            self.drafter.max_draft = max_draft
+        self.exact: Optional[bool] = None
+        if self.model_params.vocab_only:
+            # Tokenizer-only loading, as llama_cpp.Llama's: no weights and no KV memory, so no
+            # slots, no exactness probe and no cost curve (each would decode); generate() refuses.
+            self.can_roll_back, self.backend_sampling, self._engine = False, False, None
+            self.last_stats = SpecStats()
+            return
         # Recurrent and hybrid memories cannot drop a suffix, so rejected draft tokens would stay.
         self.can_roll_back = not (self._is_recurrent or self._is_hybrid)
         if parallel > 1 and not self.can_roll_back:
@@ -246,7 +257,6 @@ class Llama(llama_cpp.Llama):
                              f"decodes plainly, one generation at a time; use parallel=1")
         if parallel > self.n_batch:
             raise ValueError(f"parallel={parallel} needs n_batch >= {parallel} (one row per slot a step)")
-        self.parallel = parallel
         if (parallel > 1 if decode_thread is None else decode_thread) and teams_per_thread():
             self._decode_thread = DecodeThread()  # before the first decode: see its module
             self._stack.callback(self._decode_thread.close)
@@ -259,9 +269,6 @@ class Llama(llama_cpp.Llama):
         if backend_sampling is None:
             backend_sampling = recommended_backend_sampling(model_path, settings)
         self.backend_sampling = bool(backend_sampling)
-        self.drafter = drafter if drafter is not None else make_drafter()
-        if max_draft is not None:
-            self.drafter.max_draft = max_draft
         if streams:
             self.drafter.branches = False
         if corpus is not None:  # the drafter takes it only once it is known to be this model's
@@ -269,7 +276,6 @@ class Llama(llama_cpp.Llama):
             from ..index.memory import vocabulary_id
 
             self.drafter.use_corpus(open_corpus(corpus, vocabulary_id(self)))
-        self.exact: Optional[bool] = None
         if not self.can_roll_back:
             warnings.warn(f"plookup: {model_path} keeps a recurrent state that cannot drop rejected "
                           f"draft tokens; decoding it plainly, without speculation")
@@ -459,6 +465,7 @@ class Llama(llama_cpp.Llama):
         stopping_criteria: Optional[llama_cpp.StoppingCriteriaList] = None,
         grammar: Optional[llama_cpp.LlamaGrammar] = None,
     ) -> Generator[int, Optional[Sequence[int]], None]:
+        self._check_weights()
         call = _current_call.get() or Call(SpecStats(exact=self.exact))
         self.last_stats = stats = call.stats
         sampling = dict(
@@ -569,10 +576,16 @@ class Llama(llama_cpp.Llama):
             primer.close()
 
     def eval(self, tokens: Sequence[int]) -> None:
+        self._check_weights()
         # llama_cpp's eval reads sequence 0's logits, which a backend chain there would keep on
         # the backend.
         self._engine.chains.detach()
         super().eval(tokens)
+
+    def _check_weights(self) -> None:
+        if self._engine is None:
+            raise ValueError(f"{self.model_path} was loaded with vocab_only=True: it tokenizes and detokenizes, "
+                             f"generating needs the weights (load it without vocab_only)")  # fmt: skip
 
     def _logits_row(self, i: int) -> np.ndarray:
         return logits_row(self._ctx, i, self._n_vocab)

@@ -41,13 +41,25 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_drafter_option(parser: argparse.ArgumentParser) -> None:
+def add_drafter_option(parser: argparse.ArgumentParser, memory_by_default: bool = False) -> None:
+    """The drafter's options; `memory_by_default`: a cross-request memory held in memory unless
+    ``--no-memory`` (a server's requests repeat and iterate on earlier ones)."""
     parser.add_argument("--drafter", choices=list(DRAFTERS), default="suffix")
-    parser.add_argument(
-        "--memory", metavar="PATH",
-        help="cross-request memory (suffix drafter): drafts also from earlier requests; loaded from "
-             "PATH at start when present, saved there (owner-only) on a clean exit",
-    )
+    if memory_by_default:
+        parser.add_argument(
+            "--memory", metavar="PATH",
+            help="keep the cross-request memory (on by default: drafts also from earlier requests) in "
+                 "PATH: loaded at start when present, saved there (owner-only) on a clean exit",
+        )
+        parser.add_argument("--no-memory", action="store_true",
+                            help="draft from each request's own text only, not from earlier requests")
+    else:
+        parser.add_argument(
+            "--memory", metavar="PATH",
+            help="cross-request memory (suffix drafter): drafts also from earlier requests; loaded from "
+                 "PATH at start when present, saved there (owner-only) on a clean exit",
+        )
+    parser.set_defaults(memory_by_default=memory_by_default)
     parser.add_argument(
         "--corpus", metavar="FILE",
         help="also draft from a corpus of your files (suffix drafter): the one index file that "
@@ -97,16 +109,24 @@ def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int
 
 
 def open_memory(args: argparse.Namespace, model_path: str) -> Optional[GlobalMemory]:
-    """The memory of ``--memory``: loaded when its file is there, else empty. A corrupt file, or
-    one of another model's vocabulary, is reported and not used (a clean exit replaces it)."""
-    if getattr(args, "memory", None) is None:
-        if getattr(args, "memory_tokens", None) is not None:
+    """The memory of ``--memory``: loaded when its file is there, else empty; without ``--memory``,
+    an empty one where the command keeps one by default (the suffix drafter's, unless
+    ``--no-memory``). A corrupt file, or one of another model's vocabulary, is reported and not
+    used (a clean exit replaces it)."""
+    by_default = getattr(args, "memory_by_default", False)
+    path, tokens = getattr(args, "memory", None), getattr(args, "memory_tokens", None)
+    if by_default and args.no_memory and (path is not None or tokens is not None):
+        raise ValueError("--no-memory turns the memory off: drop --memory and --memory-tokens")
+    if tokens is not None and tokens < 1:
+        raise ValueError(f"--memory-tokens must be >= 1, got {tokens}")
+    if path is None:
+        if by_default and not args.no_memory and args.drafter == "suffix":
+            return GlobalMemory(tokens or DEFAULT_MEMORY_TOKENS)
+        if tokens is not None:
             raise ValueError("--memory-tokens bounds a memory: give its file with --memory PATH")
         return None
     if args.drafter != "suffix":
         raise ValueError("--memory drafts with the suffix drafter (--drafter suffix)")
-    if args.memory_tokens is not None and args.memory_tokens < 1:
-        raise ValueError(f"--memory-tokens must be >= 1, got {args.memory_tokens}")
     if os.path.exists(args.memory):
         try:
             return GlobalMemory.load(args.memory, model_vocabulary(model_path), args.memory_tokens)

@@ -19,7 +19,9 @@ GREEDY = dict(model=MODEL, temperature=0.0)
 
 @pytest.fixture(scope="module")
 def base_url():
-    with serving(MODEL) as (url, _):
+    # Without the memory: these tests compare drafting with a prediction against drafting without
+    # one, and the memory would draft every repeated request from its earlier answer.
+    with serving(MODEL, "--no-memory") as (url, _):
         yield url
 
 

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, Literal, Optional, Union
+from typing import Callable, List, Literal, Optional, Sequence, Union
 
 import anyio
 import llama_cpp
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 from llama_cpp.server.app import prepare_request_resources
 from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, field_validator
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
@@ -42,6 +43,15 @@ from .guards import CountRequests, LimitBody, ModelGate, RequireKey
 from .limits import Limits
 from .llama_routes import LLAMA_ROUTES, add_llama_routes
 from .metrics import CONTENT_TYPE, Metrics
+from .requests import (
+    Prompt,
+    ResponseFormat,
+    check_text_only,
+    completion_prompts,
+    join_text_parts,
+    merge_completions,
+    response_format_grammar,
+)
 
 ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health"})
 
@@ -59,11 +69,22 @@ class Prediction(BaseModel):
 
 
 class CompletionRequest(LlamaOptions, CreateCompletionRequest):
+    prompt: Prompt = Field(default="", description="A text, texts, token ids, or lists of token ids (a choice each).")
     prediction: Optional[Prediction] = None
 
 
 class ChatCompletionRequest(LlamaOptions, CreateChatCompletionRequest):
+    # OpenAI answers 400 to a body without messages and to a negative max_tokens, which
+    # llama_cpp.server's schema takes (0 stays "up to the context", as on its /v1/completions).
+    messages: List[llama_cpp.ChatCompletionRequestMessage] = Field(min_length=1)
+    max_tokens: Optional[int] = Field(default=None, ge=0)
+    response_format: Optional[ResponseFormat] = None
     prediction: Optional[Prediction] = None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _text_parts(cls, messages):
+        return join_text_parts(messages)
 
 
 # Request fields the create_* methods do not take (llama_cpp.server drops the same ones).
@@ -157,10 +178,16 @@ class Service:
             self.check_prediction_size(prediction_text(prediction))
         kwargs = body.model_dump(exclude=NOT_FORWARDED)
         prepare_request_resources(body, lambda _model: self.llm, body.model, kwargs)
+        param = "grammar"
+        if isinstance(body, ChatCompletionRequest):
+            check_text_only(kwargs["messages"])
+            structured = response_format_grammar(body.response_format)
+            if structured is not None:  # it replaces a grammar given beside it, as in llama_cpp's handlers
+                param, kwargs["grammar"], kwargs["response_format"] = "response_format", structured, None
         try:
             check_grammar(self.llm._model.vocab, kwargs.get("grammar"))
         except ValueError as e:
-            raise APIError(400, str(e), param="grammar", code="invalid_grammar") from e
+            raise APIError(400, str(e), param=param, code="invalid_grammar") from e
         return kwargs, prediction
 
     def check_prediction_size(self, text: str) -> None:
@@ -171,16 +198,22 @@ class Service:
             raise APIError(400, f"the prediction is over the server's limit of {limit} tokens",
                            param="prediction", code="prediction_too_long")
 
-    async def respond(self, request: Request, body, create_name: str, shape: Optional[Shape] = None):
-        """`shape`: what the route adds to the request and how it shapes the answer (default:
-        OpenAI's, with the llama-server fields the /v1 routes take)."""
-        shape = shape or Shape(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
+    async def admit(self, body, create_name: str, shape: Shape) -> tuple[dict, Optional[dict]]:
+        """(create_* keyword arguments, prediction) of a request that passed every check that
+        needs no model time, its prompt's length included (measured into `shape`)."""
         kwargs, prediction = self.arguments(body)
         shape.prepare(kwargs)
         try:
             shape.prompt = await run_in_threadpool(self.probe.prompt, create_name, kwargs)
         except ValueError as e:
             raise model_error(e, body) from e
+        return kwargs, prediction
+
+    async def respond(self, request: Request, body, create_name: str, shape: Optional[Shape] = None):
+        """`shape`: what the route adds to the request and how it shapes the answer (default:
+        OpenAI's, with the llama-server fields the /v1 routes take)."""
+        shape = shape or Shape(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
+        kwargs, prediction = await self.admit(body, create_name, shape)
         self.metrics.queue_wait.observe(await self.gate.enter())
         create = getattr(self.llm, create_name)
 
@@ -203,6 +236,34 @@ class Service:
         answer = shape.whole(result, call)
         self.metrics.record_timings(shape.timings(call))
         return answer
+
+    async def respond_each(self, request: Request, body: CompletionRequest, prompts: list) -> dict:
+        """A completion of several prompts (not streamed), one choice each, as OpenAI answers: every
+        prompt admitted before any work, then generated one after another on one slot, as one
+        request (its stats and prediction accounting count them all)."""
+        shapes = [Shape(body, self.llm, self.model_name) for _ in prompts]
+        admitted = [await self.admit(body.model_copy(update={"prompt": p}), "create_completion", shape)
+                    for p, shape in zip(prompts, shapes)]
+        prediction = admitted[0][1]
+
+        def each(call):
+            return [shape.run(self.llm.create_completion, kwargs, call) for shape, (kwargs, _) in zip(shapes, admitted)]
+
+        self.metrics.queue_wait.observe(await self.gate.enter())
+        try:
+            call, results = await self.generate(request, each, prediction)
+        except ValueError as e:
+            raise model_error(e, body) from e
+        finally:
+            self.gate.leave()
+        self.metrics.record_generation(call.stats.as_dict())
+        result = merge_completions(results)
+        if call.prediction:
+            details = [await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(r))
+                       for r in results]
+            result["usage"]["completion_tokens_details"] = {k: sum(d[k] for d in details) for k in details[0]}
+            self.metrics.record_prediction(result["usage"]["completion_tokens_details"])
+        return result
 
     async def generate(self, request: Request, run, prediction):
         """(call, result) of a non-streamed request, which ends at its next step once the client
@@ -276,8 +337,10 @@ class Service:
         return ClosingEventSource(events(), close, sep="\n")
 
 
-def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None) -> FastAPI:
-    """The app serving `llm` to requests whose ``model`` is `model_name` (or absent)."""
+def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None,
+               cors_origins: Sequence[str] = ()) -> FastAPI:
+    """The app serving `llm` to requests whose ``model`` is `model_name` (or absent); a browser page
+    from one of `cors_origins` may call it too (none: same-origin only)."""
     metrics = Metrics(ROUTES | LLAMA_ROUTES)
     metrics.watch_engine(llm._engine)
     service = Service(llm, model_name, limits, metrics)
@@ -288,13 +351,18 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     if api_key:
         app.add_middleware(RequireKey, key=api_key)  # ... so the key is checked before the body,
     app.add_middleware(CountRequests, count=metrics.count_request)  # ... and every answer is counted
+    if cors_origins:  # ... with CORS headers on it, and a preflight answered before the key is asked for
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"])
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest):
-        if isinstance(body.prompt, list):
-            if len(body.prompt) != 1:
-                raise APIError(400, "plookup serves one prompt per request", param="prompt")
-            body.prompt = body.prompt[0]
+        prompts = completion_prompts(body.prompt, llm.n_vocab())
+        if len(prompts) > 1:
+            if body.stream:
+                raise APIError(400, f"prompt: a streamed completion takes one prompt, not {len(prompts)}",
+                               param="prompt")
+            return await service.respond_each(request, body, prompts)
+        body.prompt = prompts[0]
         return await service.respond(request, body, "create_completion")
 
     @app.post("/v1/chat/completions")

@@ -57,14 +57,24 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = error.errors()
-        if any(problem["type"] == "json_invalid" for problem in problems):
-            return error_response(APIError(400, "the request body is not valid JSON"))
+        for problem in problems:
+            if problem["type"] == "json_invalid":  # FastAPI's: the decoder's reason, and where
+                where = f" at character {problem['loc'][1]}" if len(problem["loc"]) > 1 else ""
+                reason = (problem.get("ctx") or {}).get("error", "")
+                return error_response(APIError(400, f"the request body is not valid JSON: {reason}{where}"))
         first = problems[0]
+        if first["type"] == "missing" and tuple(first["loc"]) == ("body",):
+            return error_response(APIError(400, "the request body is empty: a JSON object is expected"))
         param = ".".join(str(part) for part in first["loc"] if part != "body") or None
         message = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
         return error_response(APIError(400, message, param=param))
 
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        # FastAPI words every other failure to decode a JSON body "There was an error parsing the body".
+        if isinstance(error.__cause__, UnicodeDecodeError):
+            return error_response(APIError(400, "the request body is not valid JSON: it is not UTF-8 text"))
+        if isinstance(error.__cause__, RecursionError):
+            return error_response(APIError(400, "the request body is not valid JSON: it is nested too deeply"))
         return error_response(APIError(error.status_code, str(error.detail), headers=getattr(error, "headers", None)))
 
     async def internal_error(request: Request, error: Exception) -> JSONResponse:

@@ -1,0 +1,116 @@
+"""What the OpenAI routes take beyond llama_cpp.server's request schemas, turned into what
+llama_cpp's create_* methods take.
+
+- Structured outputs, ``response_format: {"type": "json_schema", "json_schema": {"name", "schema"}}``:
+  llama_cpp's schema knows only ``json_object`` (with llama_cpp's own ``schema`` extension). Either
+  becomes a grammar here, with llama_cpp's converter (``json_schema_to_gbnf``, what its chat handlers
+  use); a schema it cannot convert is a 400 naming it, where llama_cpp's handlers fall back to
+  any JSON without a word.
+- Message content as a list of text parts: joined with newlines (as llama-server joins them for a
+  template that takes text); an image part is a 400 naming it, since plookup serves text models.
+- A prompt as token ids, or a list of prompts (strings or token-id lists): one choice per prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Union
+
+import llama_cpp
+from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+from typing_extensions import Literal, NotRequired, TypedDict
+
+from .errors import APIError
+
+
+class JSONSchema(TypedDict):
+    name: str
+    description: NotRequired[str]
+    schema: NotRequired[Dict[str, Any]]
+    strict: NotRequired[Optional[bool]]
+
+
+class JSONSchemaResponseFormat(TypedDict):
+    """OpenAI's structured outputs."""
+
+    type: Literal["json_schema"]
+    json_schema: JSONSchema
+
+
+ResponseFormat = Union[llama_cpp.ChatCompletionRequestResponseFormat, JSONSchemaResponseFormat]
+
+# OpenAI's prompt: a text, texts, token ids, or lists of token ids (one choice each).
+Prompt = Union[str, List[str], List[int], List[List[int]]]
+
+
+def response_format_grammar(response_format: Optional[dict]) -> Optional[LlamaGrammar]:
+    """The grammar that `response_format` asks for (None: free text)."""
+    if response_format is None or response_format["type"] == "text":
+        return None
+    if response_format["type"] == "json_schema":
+        param, schema = "response_format.json_schema.schema", response_format["json_schema"].get("schema")
+    else:
+        param, schema = "response_format.schema", response_format.get("schema")
+    if schema is None:  # any JSON, as OpenAI's json_object
+        return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+    try:
+        gbnf = json_schema_to_gbnf(json.dumps(schema))
+    except Exception as e:  # the converter asserts what it takes; a schema may trip anything else too
+        reason = str(e) if isinstance(e, (AssertionError, ValueError)) and str(e) else f"{type(e).__name__}: {e}"
+        raise APIError(400, f"{param}: this JSON schema cannot be turned into a grammar: {reason}",
+                       param=param, code="invalid_json_schema") from e  # fmt: skip
+    return LlamaGrammar.from_string(gbnf, verbose=False)
+
+
+def join_text_parts(messages: Any) -> Any:
+    """`messages` with every content that is a list of text parts joined into one text (a list
+    holding any other part is left as it is, for :func:`check_text_only`)."""
+    if not isinstance(messages, list):
+        return messages  # the schema's own error names it
+    joined = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            if all(isinstance(p.get("text"), str) for p in content):
+                message = dict(message, content="\n".join(p["text"] for p in content))
+        joined.append(message)
+    return joined
+
+
+def check_text_only(messages: List[dict]) -> None:
+    """400 naming the first part that is not text (the schema lets a user message hold images)."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if part.get("type") != "text":
+                    param = f"messages.{i}.content.{j}"
+                    raise APIError(400, f"{param}: plookup serves text only, not a {part.get('type')!r} part",
+                                   param=param, code="unsupported_content")  # fmt: skip
+
+
+def completion_prompts(prompt: Prompt, n_vocab: int) -> list[Union[str, List[int]]]:
+    """The prompts of a completion request, one choice each: a text or a list of token ids, each
+    id checked against the vocabulary (llama_cpp would hand an unknown id to llama.cpp)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        raise APIError(400, "prompt: an empty list holds no prompt", param="prompt")
+    prompts = [prompt] if isinstance(prompt[0], int) else list(prompt)
+    for i, one in enumerate(prompts):
+        if isinstance(one, list):
+            for k, token in enumerate(one):
+                if not 0 <= token < n_vocab:
+                    param = "prompt" if prompts[0] is prompt else f"prompt.{i}"
+                    raise APIError(400, f"{param}: token id {token} at position {k} is outside the vocabulary "
+                                        f"of {n_vocab}", param=param)  # fmt: skip
+    return prompts
+
+
+def merge_completions(results: list[dict]) -> dict:
+    """One completion of several prompts, as OpenAI answers: choice i for prompt i, the usage
+    summed (``speculative``: the last result's, which counts the whole request)."""
+    merged = dict(results[0], choices=[dict(r["choices"][0], index=i) for i, r in enumerate(results)])
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    merged["usage"] = dict(results[-1]["usage"], **{k: sum(r["usage"][k] for r in results) for k in counts})
+    return merged
