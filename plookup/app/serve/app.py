@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, Literal, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence
 
 import anyio
 import llama_cpp
@@ -28,8 +28,6 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 from llama_cpp.server.app import prepare_request_resources
-from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
-from pydantic import BaseModel, Field, field_validator
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
@@ -44,47 +42,15 @@ from .limits import Limits
 from .llama_routes import LLAMA_ROUTES, add_llama_routes
 from .metrics import CONTENT_TYPE, Metrics
 from .requests import (
-    Prompt,
-    ResponseFormat,
+    ChatCompletionRequest,
+    CompletionRequest,
     check_text_only,
     completion_prompts,
-    join_text_parts,
     merge_completions,
     response_format_grammar,
 )
 
 ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health"})
-
-
-class PredictionTextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class Prediction(BaseModel):
-    """OpenAI's Predicted Outputs: text much of the output is expected to repeat."""
-
-    type: Literal["content"]
-    content: Union[str, List[PredictionTextPart]]
-
-
-class CompletionRequest(LlamaOptions, CreateCompletionRequest):
-    prompt: Prompt = Field(default="", description="A text, texts, token ids, or lists of token ids (a choice each).")
-    prediction: Optional[Prediction] = None
-
-
-class ChatCompletionRequest(LlamaOptions, CreateChatCompletionRequest):
-    # OpenAI answers 400 to a body without messages and to a negative max_tokens, which
-    # llama_cpp.server's schema takes (0 stays "up to the context", as on its /v1/completions).
-    messages: List[llama_cpp.ChatCompletionRequestMessage] = Field(min_length=1)
-    max_tokens: Optional[int] = Field(default=None, ge=0)
-    response_format: Optional[ResponseFormat] = None
-    prediction: Optional[Prediction] = None
-
-    @field_validator("messages", mode="before")
-    @classmethod
-    def _text_parts(cls, messages):
-        return join_text_parts(messages)
 
 
 # Request fields the create_* methods do not take (llama_cpp.server drops the same ones).

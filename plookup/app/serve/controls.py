@@ -22,9 +22,10 @@ import time
 from typing import Any, List, Optional, Union
 
 import llama_cpp
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...api.fim import check_fim, infill_prompt
+from ...draft.values import Speculative
 from ...verify.chain import DEFAULT_ORDER, Chain, sampler_order
 from .errors import APIError
 
@@ -42,6 +43,15 @@ NOT_SERVED = {
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+
+
+class SpeculativeOptions(BaseModel):
+    """llama-server's ``speculative`` field: this request's drafts (see plookup.draft.values.Speculative)."""
+
+    model_config = ConfigDict(extra="forbid")
+    n_max: Optional[int] = Field(None, ge=0)  # None: the drafter's own bound; 0: plain decoding
+    n_min: int = Field(0, ge=0)
+    p_min: float = Field(0.0, ge=0, le=1)
 
 
 class LlamaOptions(BaseModel):
@@ -81,6 +91,7 @@ class LlamaOptions(BaseModel):
     return_progress: bool = Field(False, exclude=True)
     lora: Optional[List[dict]] = Field(None, exclude=True)
     stream_options: Optional[StreamOptions] = Field(None, exclude=True)
+    speculative: Optional[SpeculativeOptions] = Field(None, exclude=True)
 
     @field_validator("post_sampling_probs", "return_progress", "lora")
     @classmethod
@@ -308,6 +319,8 @@ class Shape:
     def run(self, create, kwargs: dict, call, stream: bool = False):
         """``create(**kwargs)`` as this request's generation, inside its `call`."""
         self.watch = self.watch_tokens(call)
+        if self.options is not None and self.options.speculative is not None:
+            call.speculative = Speculative(**self.options.speculative.model_dump())
         self.watch.start()
         if stream:
             return create(**kwargs, stream=stream)

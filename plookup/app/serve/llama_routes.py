@@ -30,6 +30,7 @@ from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
 from .controls import LlamaOptions, Shape, eog_tokens, indent_cut, pick_fields, stat_counts
 from .errors import APIError
+from .requests import ChatCompletionRequest, CompletionRequest
 
 LLAMA_ROUTES = frozenset({
     "/completion", "/completions", "/infill", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots",
@@ -330,8 +331,6 @@ class LlamaShape(Shape):
 
 def add_llama_routes(app: FastAPI, service) -> None:
     """Register llama-server's routes on `app`, served by `service` (:class:`.app.Service`)."""
-    from .app import ChatCompletionRequest, CompletionRequest  # (app imports this module first)
-
     llm, model_name = service.llm, service.model_name
     eog_tokens(llm)  # a walk over the vocabulary, done now rather than in the first request
 

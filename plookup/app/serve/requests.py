@@ -18,8 +18,11 @@ from typing import Any, Dict, List, Optional, Union
 
 import llama_cpp
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
+from pydantic import BaseModel, Field, field_validator
 from typing_extensions import Literal, NotRequired, TypedDict
 
+from .controls import LlamaOptions
 from .errors import APIError
 
 
@@ -114,3 +117,37 @@ def merge_completions(results: list[dict]) -> dict:
     counts = ("prompt_tokens", "completion_tokens", "total_tokens")
     merged["usage"] = dict(results[-1]["usage"], **{k: sum(r["usage"][k] for r in results) for k in counts})
     return merged
+
+
+# -- the bodies of the /v1 routes (llama_cpp.server's, with llama-server's fields and these)
+
+
+class PredictionTextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class Prediction(BaseModel):
+    """OpenAI's Predicted Outputs: text much of the output is expected to repeat."""
+
+    type: Literal["content"]
+    content: Union[str, List[PredictionTextPart]]
+
+
+class CompletionRequest(LlamaOptions, CreateCompletionRequest):
+    prompt: Prompt = Field(default="", description="A text, texts, token ids, or lists of token ids (a choice each).")
+    prediction: Optional[Prediction] = None
+
+
+class ChatCompletionRequest(LlamaOptions, CreateChatCompletionRequest):
+    # OpenAI answers 400 to a body without messages and to a negative max_tokens, which
+    # llama_cpp.server's schema takes (0 stays "up to the context", as on its /v1/completions).
+    messages: List[llama_cpp.ChatCompletionRequestMessage] = Field(min_length=1)
+    max_tokens: Optional[int] = Field(default=None, ge=0)
+    response_format: Optional[ResponseFormat] = None
+    prediction: Optional[Prediction] = None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _text_parts(cls, messages):
+        return join_text_parts(messages)

@@ -18,7 +18,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 from plookup.app.serve.app import create_app
 
 from conftest import serving
-from test_prediction import COUNT_PROMPT, COUNT_TEXT
+from support.prompts import COUNT_PROMPT, COUNT_TEXT
 
 MODEL = "smol"
 GREEDY = {"temperature": 0}
@@ -51,6 +51,24 @@ def refusal(response) -> tuple[int, str, str]:
     return response.status_code, error["param"], error["message"]
 
 
+# -- speculation per request
+
+
+def test_speculative_bounds_this_requests_drafts_and_a_bad_field_is_400(client):
+    """llama-server's `speculative` field on /v1 and /completion: n_max 0 decodes plainly, for that
+    request only; a field out of range is a 400 naming it."""
+    prompt = "The cat sat on the mat. " * 8
+    drafting = complete(client, prompt=prompt, max_tokens=32).json()["usage"]["speculative"]
+    plain = complete(client, prompt=prompt, max_tokens=32, speculative={"n_max": 0}).json()["usage"]["speculative"]
+    assert drafting["drafted"] > 0 and plain["drafted"] == 0 and plain["forward_passes"] == 32
+    again = client.post("/completion", json={"prompt": prompt, "n_predict": 32, "temperature": 0,
+                                             "speculative": {"n_max": 0}}).json()
+    assert again["timings"]["draft_n"] == 0 and again["tokens_predicted"] == 32
+    for body, field in [({"n_max": -1}, "n_max"), ({"p_min": 2}, "p_min"), ({"draft": 1}, "draft")]:
+        status, param, message = refusal(complete(client, prompt=prompt, speculative=body))
+        assert status == 400 and "speculative" in param + message and field in param + message
+
+
 # -- structured outputs
 
 
@@ -75,7 +93,7 @@ def test_json_schema_response_format_is_served_as_its_grammar(client):
 @pytest.mark.parametrize("response_format, param", [
     ({"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "foo"}}}, "response_format.json_schema.schema"),
     ({"type": "json_object", "schema": {"type": "foo"}}, "response_format.schema"),  # llama_cpp fell back to any JSON
-])  # fmt: skip
+])
 def test_a_schema_that_makes_no_grammar_is_400_naming_it(client, response_format, param):
     status, named, message = refusal(chat(client, messages=QUESTION, response_format=response_format))
     assert (status, named) == (400, param)
@@ -91,7 +109,7 @@ def test_text_parts_are_joined_and_an_image_part_is_400(client):
     parts = [
         {"role": "system", "content": [{"type": "text", "text": "You answer briefly."}]},
         {"role": "user", "content": [{"type": "text", "text": "What is the capital"}, {"type": "text", "text": "of France?"}]},
-    ]  # fmt: skip
+    ]
     texts = [
         {"role": "system", "content": "You answer briefly."},
         {"role": "user", "content": "What is the capital\nof France?"},
@@ -164,7 +182,7 @@ def test_a_list_of_prompts_gets_a_choice_each(client, smol):
     (b"[" * 100_000, "the request body is not valid JSON: it is nested too deeply"),  # a RecursionError inside
     (b"", "the request body is empty: a JSON object is expected"),
     (b"[1, 2]", "body: Input should be a valid dictionary or object to extract fields from"),
-])  # fmt: skip
+])
 def test_a_malformed_body_is_400_naming_the_problem(client, body, message):
     for path in ("/v1/completions", "/v1/chat/completions"):
         response = client.post(path, content=body, headers={"Content-Type": "application/json"})
@@ -215,7 +233,7 @@ def test_a_repeated_request_drafts_from_the_earlier_answer_by_default(without_me
         first, again = essay_twice(url, {"Authorization": f"Bearer {KEY}"})
         # A page from an allowed origin: the preflight passes before the key is asked for ...
         preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
-                     "Access-Control-Request-Headers": "authorization, content-type"}  # fmt: skip
+                     "Access-Control-Request-Headers": "authorization, content-type"}
         status, headers, _ = http(url, "/v1/completions", "OPTIONS", headers=preflight)
         assert status == 200 and headers["access-control-allow-origin"] == ORIGIN
         assert "authorization" in headers["access-control-allow-headers"].lower()

@@ -20,13 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import plookup
 from plookup.api.fim import fim_tokens, infill_prompt
-from plookup.app.bench.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
 from plookup.app.serve.app import create_app
 from plookup.app.serve.limits import Limits
 from plookup.app.serve.llama_routes import indent_cut
 from plookup.draft.policy import CPU_COST_CURVE
 
 from conftest import CODER, LLAMA_KWARGS, N_CTX
+from support.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
 
 TIE = NEAR_TIE[CODER]
 KEY = "llama-key"
