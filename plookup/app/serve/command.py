@@ -13,7 +13,8 @@ API_KEY_ENV = "PLOOKUP_API_KEY"
 
 def register(commands) -> None:
     serve = commands.add_parser(
-        "serve", help="OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /metrics, /health"
+        "serve", help="HTTP server: OpenAI's /v1/completions, /v1/chat/completions, /v1/models; llama-server's "
+                      "/completion, /infill, /tokenize, /detokenize, /apply-template, /props, /slots; /metrics, /health"
     )
     add_model_options(serve)
     add_drafter_option(serve, memory_by_default=True)
