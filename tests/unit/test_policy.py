@@ -139,3 +139,28 @@ def test_cost_curve_times_one_token_decodes_as_plain_decoding_runs_them(monkeypa
     # steady one-token decode 1.1; an n-token verify step (its size new each time) 3 (1 + 0.1 n)
     assert cost[0] == 1.0
     assert np.allclose(cost[1:], [3 * 1.2 / 1.1, 3 * 1.3 / 1.1, 3 * 1.4 / 1.1])
+
+
+def test_an_outcome_counts_the_judged_tokens_only_written_out():
+    """Draft token k is judged only when tokens 0..k-1 were accepted, at match length L + k: the
+    counts written out, not read from the policy (a mutation counting every drafted token as a
+    trial went unnoticed by the tests that read them from it)."""
+    def added(after, before):
+        return np.round(after - before, 9).tolist()
+
+    policy = DraftPolicy(cost=CPU_COST_CURVE)
+    prior_hits, prior_trials = policy.calibration()
+    policy.observe(4, drafted=4, accepted=1)  # tokens at lengths 4 (kept) and 5 (rejected): bucket [4, 8)
+    hits, trials = policy.calibration()
+    assert added(hits, prior_hits) == [0, 0, 1, 0, 0, 0, 0, 0]
+    assert added(trials, prior_trials) == [0, 0, 2, 0, 0, 0, 0, 0]
+    policy.start_request()
+    policy.observe(7, drafted=4, accepted=1)  # lengths 7 (kept, bucket [4, 8)) and 8 (rejected, [8, 16))
+    hits, trials = policy.calibration()
+    assert added(hits, prior_hits) == [0, 0, 1, 0, 0, 0, 0, 0]
+    assert added(trials, prior_trials) == [0, 0, 1, 1, 0, 0, 0, 0]
+    policy.start_request()
+    policy.observe(2, drafted=3, accepted=3)  # all kept: lengths 2, 3 ([2, 4)) and 4 ([4, 8))
+    hits, trials = policy.calibration()
+    assert added(hits, prior_hits) == [0, 1 + 1, 1, 0, 0, 0, 0, 0]
+    assert added(trials, prior_trials) == [0, 2, 1, 0, 0, 0, 0, 0]
