@@ -180,15 +180,21 @@ class Service:
         OpenAI's, with the llama-server fields the /v1 routes take)."""
         shape = shape or Shape(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
         kwargs, prediction = await self.admit(body, create_name, shape)
+        self.metrics.queue_wait.observe(await self.gate.enter())
         create = getattr(self.llm, create_name)
 
         def run(call, stream: bool = False):
             return shape.run(create, kwargs, call, stream)
 
         if body.stream:
-            self.metrics.queue_wait.observe(await self.gate.enter())
             return await self.start_stream(body, run, prediction, shape)  # the stream leaves the gate
-        call, result = await self.generate(request, body, run, prediction)
+        try:
+            call, result = await self.generate(request, run, prediction)
+        except ValueError as e:
+            raise model_error(e, body) from e
+        finally:
+            self.gate.leave()
+        self.metrics.record_generation(call.stats.as_dict())
         if call.prediction:
             details = await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(result))
             result["usage"]["completion_tokens_details"] = details
@@ -209,7 +215,14 @@ class Service:
         def each(call):
             return [shape.run(self.llm.create_completion, kwargs, call) for shape, (kwargs, _) in zip(shapes, admitted)]
 
-        call, results = await self.generate(request, body, each, prediction)
+        self.metrics.queue_wait.observe(await self.gate.enter())
+        try:
+            call, results = await self.generate(request, each, prediction)
+        except ValueError as e:
+            raise model_error(e, body) from e
+        finally:
+            self.gate.leave()
+        self.metrics.record_generation(call.stats.as_dict())
         result = merge_completions(results)
         if call.prediction:
             details = [await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(r))
@@ -218,32 +231,27 @@ class Service:
             self.metrics.record_prediction(result["usage"]["completion_tokens_details"])
         return result
 
-    async def generate(self, request: Request, body, run, prediction):
-        """(call, result) of a non-streamed request, ``run(call)`` through the gate and counted in
-        the metrics; it ends at its next step once the client hangs up."""
+    async def generate(self, request: Request, run, prediction):
+        """(call, result) of a non-streamed request, which ends at its next step once the client
+        hangs up."""
         gone = threading.Event()
 
         def generate():
             with self.llm.request(prediction, cancelled=gone.is_set) as call:
                 return call, run(call)
 
-        self.metrics.queue_wait.observe(await self.gate.enter())
         refused: Optional[ValueError] = None
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(watch_disconnect, request, gone)
-                try:
-                    call, result = await run_in_threadpool(generate)
-                except ValueError as e:  # raised outside the group, which would wrap it in a group
-                    refused = e
-                finally:
-                    group.cancel_scope.cancel()
-        finally:
-            self.gate.leave()
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch_disconnect, request, gone)
+            try:
+                done = await run_in_threadpool(generate)
+            except ValueError as e:  # raised outside the group, which would wrap it in a group
+                refused = e
+            finally:
+                group.cancel_scope.cancel()
         if refused is not None:
-            raise model_error(refused, body) from refused
-        self.metrics.record_generation(call.stats.as_dict())
-        return call, result
+            raise refused
+        return done
 
     async def start_stream(self, body, run, prediction, shape: Shape):
         """Run the stream's first step before the response starts, so that its errors are a real
