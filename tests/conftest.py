@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -124,9 +125,16 @@ def serving(alias: str, *options: str):
         sys.executable, "-m", "plookup.app.cli", "serve", "--port", str(port), "--model-alias", alias,
         "--n-ctx", "2048", "--threads", "2", *options,
     ]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Its log goes to a file: a pipe nobody reads fills up (64 KiB) and then blocks the server.
+    log = tempfile.TemporaryFile("w+")
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_STARTUP_SECONDS
+
+    def tail() -> str:
+        log.seek(0)
+        return log.read()[-3000:]
+
     try:
         while True:
             try:
@@ -135,12 +143,18 @@ def serving(alias: str, *options: str):
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
                     server.kill()
-                    pytest.fail(f"plookup serve did not start:\n{server.communicate()[1][-3000:]}")
+                    server.wait()
+                    pytest.fail(f"plookup serve did not start:\n{tail()}")
                 time.sleep(0.3)
-        yield url, server
+        try:
+            yield url, server
+        except BaseException:
+            print(f"plookup serve's log, its end:\n{tail()}", file=sys.stderr)  # shown with the failure
+            raise
     finally:
         server.terminate()
-        server.communicate(timeout=30)
+        server.wait(timeout=30)
+        log.close()
 
 
 # A client that hangs up ends its generation at the engine's next step: counted in steps, which

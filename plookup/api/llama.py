@@ -334,6 +334,8 @@ class Llama(llama_cpp.Llama):
         generation ends: the running call's slot's tokens, not slot 0's."""
         call = _current_call.get()
         gen = call.generation if call is not None else None
+        if gen is not None and gen.history is not None:  # it ended: its slot may be another's now
+            return gen.history
         if gen is not None and gen.slot is not None and gen.slot.index != 0:
             return gen.slot.tokens[: gen.slot.n]
         return self.input_ids[: self.n_tokens]

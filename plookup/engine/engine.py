@@ -204,6 +204,11 @@ class Engine:
         """The consumer is done. Its generation ends now; its slot is taken back by whoever holds
         the context next (now, if it is free: a finalizer inside a step cannot have it)."""
         gen.done = True
+        slot = gen.slot
+        if slot is not None and slot.generation is gen:  # still its own: its cells are this generation's
+            # as llama_cpp's loop leaves them: the prompt and the tokens taken but the last one
+            # (sampled, never evaluated); a token taken means the whole prompt is in the cells
+            gen.history = slot.tokens[: len(gen.prompt) + gen.taken - 1].copy() if gen.taken else np.asarray(gen.prompt)
         with self._changed:
             self._given_back.append(gen)
         self._run(lambda: None)

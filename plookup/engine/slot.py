@@ -74,6 +74,9 @@ class Generation:
     error: Optional[BaseException] = None
     # It shared a step, or the cache, with another sequence: not a lone decode, so no exactness claim.
     shared: bool = False
+    # Its tokens once its consumer was done: what llama_cpp's completion code reads as
+    # ``_input_ids`` after its loop, when the slot may already be another request's.
+    history: Optional[np.ndarray] = None
 
     @property
     def prefilling(self) -> bool:

@@ -226,6 +226,27 @@ def test_llama_cpps_own_checks_read_the_requests_slot(parallel_smol, references)
     assert seen and all(ids[: len(prompts[1])] == prompts[1] for ids in seen)
 
 
+def test_a_finished_requests_input_ids_stay_its_own_once_another_takes_its_slot(parallel_smol, references):
+    """After its last token llama_cpp's completion code reads ``_input_ids`` once more (a chat
+    template's stop-token criterion indexes its last token), and by then the request's slot may
+    be another's: a server saw an empty array there (IndexError, a 500) and could have read
+    another request's last token. What it reads is its own prompt and the tokens it took, but
+    the newest (never in the cache)."""
+    llm = parallel_smol
+    prompts, _ = references
+    llm._engine.forget()  # every slot empty: both requests get slot 0, the lowest free one
+    with llm.request():
+        tokens = llm.generate(prompts[1], temp=0.0)
+        taken = [next(tokens) for _ in range(3)]
+        tokens.close()
+        with llm.request():  # another request, on the slot just given back
+            other = llm.generate(prompts[2], temp=0.0)
+            next(other)
+            assert llm._engine.slots[0].generation is not None
+            other.close()
+        assert llm._input_ids.tolist() == [*prompts[1], *taken[:2]]
+
+
 def test_every_decode_of_several_slots_runs_on_one_thread(parallel_smol, references, monkeypatch):
     """OpenMP keeps a worker team per calling thread, and an idle one spins (see
     plookup.engine.decode_thread): the consumers' steps all decode on the model's own thread."""
