@@ -12,7 +12,9 @@
 
 PYTHON ?= python3
 LLAMA_CPP_VERSION ?= 0.3.36
-PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+# -DGGML_RPC=ON: llama.cpp's RPC backend (libggml-rpc), for a model split over several hosts
+# (`plookup rpc-server`, `--rpc HOST:PORT,...`); it adds a library, no CPU code.
+PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_RPC=ON
 CMAKE_ARGS ?= $(PORTABLE_CMAKE_ARGS)
 ifeq ($(EXACT),1)
 override CMAKE_ARGS += -DGGML_LLAMAFILE=OFF
