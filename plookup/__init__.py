@@ -6,6 +6,7 @@ batch. The output is what the model alone would produce (see README: "Exactness"
 """
 
 from .api.llama import Llama, Stream
+from .api.rpc import RpcError
 from .api.stats import SpecStats
 from .app.models import gemma3_path, smollm2_path
 from .draft.drafters import NgramDrafter, SuffixDrafter, make_drafter
@@ -14,5 +15,5 @@ from .index.memory import GlobalMemory
 
 __all__ = [
     "Llama", "Stream", "SuffixDrafter", "NgramDrafter", "make_drafter", "GlobalMemory", "CorpusIndex",
-    "SpecStats", "smollm2_path", "gemma3_path",
+    "SpecStats", "smollm2_path", "gemma3_path", "RpcError",
 ]

@@ -53,6 +53,7 @@ from ..verify.chain import Chain
 from ..verify.grammar import check_grammar
 from ..verify.greedy import greedy_rows, logits_row
 from ..verify.logprobs import Logprobs
+from . import rpc
 from .logprobs import check_logprobs, with_logprobs
 from .prediction import chunk_text, completion_text, prediction_text, prediction_usage
 from .stats import SpecStats
@@ -183,6 +184,12 @@ class Llama(llama_cpp.Llama):
     logits (:mod:`plookup.verify.backend`), for greedy calls without a repeat penalty, grammar or
     stopping criteria (``usage["speculative"]["sampler"]`` says "backend"); default: what
     ``plookup doctor`` found faster for this model on this machine, else off.
+    ``rpc_servers``: ``["host:port", ...]`` or ``"host:port,..."``, hosts running ``plookup
+    rpc-server`` (llama.cpp's RPC server): the model's layers go to them (all, unless
+    ``n_gpu_layers`` says how many; ``tensor_split`` shares them out), as llama.cpp's ``--rpc``
+    does (llama_cpp.Llama takes the argument and ignores it). A server that cannot be used at load
+    is an :class:`~plookup.api.rpc.RpcError` naming it, within seconds; one lost later ends the
+    process (see :mod:`plookup.api.rpc`).
     ``corpus``: also draft from a static corpus of the user's files (a path that ``plookup corpus
     build`` wrote, or a :class:`~plookup.index.corpus.CorpusIndex`), refused with a ValueError naming the
     file when it was built for another vocabulary or is corrupt; suffix drafter only.
@@ -234,8 +241,20 @@ class Llama(llama_cpp.Llama):
             if not settings.tiled:
                 os.environ.setdefault(TILED_ENV, "0")  # read by ggml at the process's first matmul
         repack = use_extra_bufts if use_extra_bufts is not None else settings is None or settings.repack
-        with model_params(repack):
-            super().__init__(model_path, *args, **kwargs)
+        servers = kwargs.pop("rpc_servers", None)  # llama_cpp.Llama takes it and ignores it
+        self.rpc_devices: Optional[rpc.RpcDevices] = None
+        if servers:
+            kwargs = rpc.rpc_kwargs(kwargs)
+            self.rpc_devices = rpc.connect(servers)  # an RpcError naming a server it cannot use
+        try:
+            with model_params(repack, self.rpc_devices.address if servers else None):
+                super().__init__(model_path, *args, **kwargs)
+        except BaseException:
+            if self.rpc_devices is not None:
+                self.rpc_devices.release()
+            raise
+        if self.rpc_devices is not None:
+            rpc.attach(self, self.rpc_devices)
         # llama.cpp may round n_ctx up, but input_ids holds the requested n_ctx: create_completion
         # sizes max_tokens <= 0 by _n_ctx, and a generation it did not cap would lose its text.
         self._n_ctx = min(self._n_ctx, len(self.input_ids))

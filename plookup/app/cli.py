@@ -1,4 +1,4 @@
-"""`plookup` command line: generate, bench, serve, doctor, models.
+"""`plookup` command line: generate, bench, serve, doctor, models, corpus, rpc-server.
 
 plookup drafts tokens from the prompt and the output so far and has llama.cpp verify them in one
 batch: greedy output is bit-identical to plain decoding where `plookup doctor` says exact;
@@ -12,7 +12,8 @@ import json
 import sys
 import time
 
-from . import corpus_command, doctor
+from ..api.rpc import RpcError
+from . import corpus_command, doctor, rpc_command
 from .bench import command as bench
 from .models import MODEL_NAMES, QUANTS, resolve_model
 from .options import add_drafter_option, add_model_options, load_llama, save_memory
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(commands)
     doctor.register(commands)
     corpus_command.register(commands)
+    rpc_command.register(commands)
     return parser
 
 
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, RpcError) as e:
         print(f"plookup {args.command}: {e}", file=sys.stderr)
         return 1
 

@@ -52,6 +52,9 @@ def register(commands) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    if args.rpc:
+        # Its report is kept per model file and applied to every later local load of it.
+        raise ValueError("--rpc: the doctor measures a model on this host only, for now")
     path = resolve_model(args.model)
     report = diagnose(path, args.threads, args.n_ctx, [q for q in args.quants.split(",") if q])
     save_report(path, report)

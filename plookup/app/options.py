@@ -35,6 +35,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
              "settings for the model; on was 19%% faster on 2 cores with SmolLM2 at 2 slots)",
     )
     parser.add_argument(
+        "--rpc", metavar="HOST:PORT,...",
+        help="put the model's layers on these llama.cpp RPC servers (`plookup rpc-server` on each "
+             "host), as llama.cpp's --rpc; one that cannot be used is an error naming it",
+    )
+    parser.add_argument(
         "--backend-sampling", choices=("on", "off"),
         help="sample greedy rows inside llama.cpp's graph, reading token ids instead of logits "
              "(default: what `plookup doctor` found faster for the model, else off)",
@@ -85,12 +90,30 @@ def model_kwargs(args: argparse.Namespace) -> dict:
         kwargs["flash_attn"] = args.flash_attn == "on"
     if getattr(args, "backend_sampling", None) is not None:  # plookup.Llama's own (see llama_cpp_kwargs)
         kwargs["backend_sampling"] = args.backend_sampling == "on"
+    if getattr(args, "rpc", None):
+        from ..api.rpc import parse_servers
+
+        kwargs["rpc_servers"] = parse_servers(args.rpc)
     return kwargs
 
 
 def llama_cpp_kwargs(kwargs: dict) -> dict:
-    """:func:`model_kwargs` for a llama_cpp.Llama: without plookup.Llama's own options."""
-    return {k: v for k, v in kwargs.items() if k != "backend_sampling"}
+    """:func:`model_kwargs` for a llama_cpp.Llama: without plookup.Llama's own options (and
+    rpc_servers, which llama_cpp.Llama ignores: :func:`plain_llama` applies it)."""
+    return {k: v for k, v in kwargs.items() if k not in ("backend_sampling", "rpc_servers")}
+
+
+def plain_llama(kwargs: dict, **extra):
+    """llama_cpp.Llama from :func:`model_kwargs` (and `extra`), its layers on ``rpc_servers`` if
+    given."""
+    import llama_cpp
+
+    servers = kwargs.get("rpc_servers")
+    if servers:
+        from ..api.rpc import load_over_rpc
+
+        return load_over_rpc(llama_cpp.Llama, servers, **llama_cpp_kwargs(kwargs), **extra)
+    return llama_cpp.Llama(**llama_cpp_kwargs(kwargs), **extra)
 
 
 def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None):
@@ -103,9 +126,7 @@ def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int
         memory = open_memory(args, kwargs["model_path"])
         return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel,
                      decode_thread=decode_thread, corpus=getattr(args, "corpus", None), **kwargs)
-    import llama_cpp
-
-    return llama_cpp.Llama(**llama_cpp_kwargs(kwargs))
+    return plain_llama(kwargs)
 
 
 def open_memory(args: argparse.Namespace, model_path: str) -> Optional[GlobalMemory]:

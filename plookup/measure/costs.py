@@ -152,7 +152,8 @@ def oracle_speedup(cost: np.ndarray) -> tuple[int, float]:
 
 def curve_key(llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N) -> str:
     """What a curve (and the exactness probe, keyed alike) depends on: the model file, the
-    context's threads, batch and cache settings, the build, the sizes measured."""
+    context's threads, batch and cache settings, the build, the sizes measured, and the RPC
+    servers holding the layers, if any."""
     stat = os.stat(llm.model_path)
     params = llm.context_params
     settings = [
@@ -161,6 +162,9 @@ def curve_key(llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N) -> str:
         int(params.flash_attn_type), params.type_k, params.type_v, llm.model_params.n_gpu_layers,
         llama_cpp.llama_print_system_info().decode(), max_n,
     ]
+    rpc = getattr(llm, "rpc_devices", None)
+    if rpc is not None:  # layers on RPC servers: each pass crosses the network (plookup.api.rpc)
+        settings.append(["rpc", rpc.endpoints])
     return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
 

@@ -88,14 +88,18 @@ def tiled_from_environment() -> bool:
 
 
 @contextlib.contextmanager
-def model_params(repack: bool) -> Iterator[None]:
-    """Load models with ``use_extra_bufts = repack`` inside the block (llama_cpp.Llama builds its
-    llama_model_params from llama_model_default_params() and has no argument for the field)."""
+def model_params(repack: bool, devices: Optional[int] = None) -> Iterator[None]:
+    """Load models with ``use_extra_bufts = repack`` inside the block, and with `devices` (the
+    address of a NULL-terminated ggml_backend_dev_t array, see plookup.api.rpc) when given
+    (llama_cpp.Llama builds its llama_model_params from llama_model_default_params() and has no
+    argument for either field)."""
     original = llama_cpp_lib.llama_model_default_params
 
     def patched():
         params = original()
         params.use_extra_bufts = repack
+        if devices is not None:
+            params.devices = devices
         return params
 
     llama_cpp_lib.llama_model_default_params = patched

@@ -5,7 +5,7 @@
 A module imports only modules of its own stage or an earlier one (``plookup.files``, where files
 are kept, is below every stage; the package's ``__init__`` re-exports the public names, which the
 commands may import). Inside
-``app`` the commands stack the same way: cli → {serve, bench, doctor, corpus_command} → options,
+``app`` the commands stack the same way: cli → {serve, bench, doctor, corpus_command, rpc_command} → options,
 and serve and bench leave each other alone.
 
 Read with `ast` from the source, imports inside functions included: no cycle anywhere (a package's
@@ -24,8 +24,8 @@ PACKAGES = {"plookup": ROOT / "plookup"}
 STAGES = ("native", "index", "draft", "verify", "engine", "measure", "api", "app")
 BASE = {"plookup.files"}  # below every stage
 # The parts of app by the name after "plookup.app.": the command line, its commands, their options.
-APP_LAYERS = ("cli", "serve", "bench", "doctor", "corpus_command", "options")
-COMMANDS = ("serve", "bench", "doctor", "corpus_command")
+APP_LAYERS = ("cli", "serve", "bench", "doctor", "corpus_command", "rpc_command", "options")
+COMMANDS = ("serve", "bench", "doctor", "corpus_command", "rpc_command")
 
 
 def modules() -> dict[str, Path]:

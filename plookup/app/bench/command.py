@@ -20,7 +20,7 @@ import numpy as np
 
 from ...draft.drafters import make_drafter
 from ...measure.costs import measure_cost_curve, oracle_speedup
-from ..options import add_model_options, llama_cpp_kwargs, model_kwargs
+from ..options import add_model_options, model_kwargs, plain_llama
 from ..tables import notes
 from . import report as bench_report
 from .concurrency import DEFAULT_KINDS
@@ -147,6 +147,10 @@ class Phase:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.rpc and not args.replay:
+        # Each worker would connect on its own; the server would leave the second unanswered.
+        raise ValueError("--rpc: the bench keeps every system loaded at once, and an RPC server serves one "
+                         "client at a time; examples/rpc_delay.py compares plain and plookup over RPC in turn")
     if args.cost_curve and not args.replay:
         raise ValueError("--cost-curve models a recorded run's drafts: give the run with --replay FILE")
     if args.replay:
@@ -269,12 +273,10 @@ def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
 def measure_reference(args: argparse.Namespace, phase: Phase) -> Reference:
     """Workloads, plain greedy decoding of each, the cost curve, replay bounds and drafter timing,
     all with one plain llama_cpp.Llama that is gone before the systems start."""
-    import llama_cpp
-
     from .drafter_timing import drafter_costs
     from .plain import chat_prompt_tokens, greedy_with_gaps
 
-    llm = llama_cpp.Llama(**llama_cpp_kwargs(phase.kwargs))
+    llm = plain_llama(phase.kwargs)
 
     def first_answer(messages):
         tokens, _ = greedy_with_gaps(llm, chat_prompt_tokens(llm, messages), phase.max_tokens)

@@ -23,7 +23,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 from ...api.stats import SpecStats
 from ...index.memory import GlobalMemory
 from ...measure.clock import DecodeClock
-from ..options import llama_cpp_kwargs
+from ..options import plain_llama
 from .host import host_record
 from .replay import score_drafts
 
@@ -152,11 +152,11 @@ def build_local(
     corpus_path: str | None = None,
 ) -> LocalSystem:
     if name == "plain":
-        return LocalSystem(name, llama_cpp.Llama(**llama_cpp_kwargs(model_kwargs)), temperature)
+        return LocalSystem(name, plain_llama(model_kwargs), temperature)
     if name == "pld":
         drafter = RecordingDrafter(LlamaPromptLookupDecoding(num_pred_tokens=PLD_DRAFT_TOKENS))
         # llama_cpp's speculative path reads every position's logits from its scores array.
-        return LocalSystem(name, llama_cpp.Llama(draft_model=drafter, logits_all=True, **llama_cpp_kwargs(model_kwargs)), temperature)
+        return LocalSystem(name, plain_llama(model_kwargs, draft_model=drafter, logits_all=True), temperature)
     if name in PLOOKUP_DRAFTERS:
         from ...api.llama import Llama
         from ...draft.drafters import make_drafter
