@@ -1,0 +1,157 @@
+"""A model over llama.cpp's RPC backend: `plookup rpc-server` on 127.0.0.1 in a process of its own
+(started and stopped here), SmolLM2 loaded over it with ``plookup.Llama(rpc_servers=...)``.
+
+Greedy output with drafting equals plain decoding of the model loaded locally, up to the first
+near-tie (the server's CPU backend holds the weights unrepacked and runs other threads, so rows
+may round differently); a server that cannot be used is an RpcError naming it within seconds; a
+server killed mid-generation ends the client process with a message naming it and status
+EXIT_RPC_LOST (ggml's RPC client aborts on a lost connection; see plookup.api.rpc).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from conftest import LLAMA_KWARGS, pair
+from support.plain import NEAR_TIE, WORKLOADS, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
+
+import plookup
+from plookup.api import rpc
+from plookup.app.bench.llama_server import free_port
+from plookup.draft.policy import CPU_COST_CURVE
+
+pytestmark = pytest.mark.skipif(
+    not rpc.available(),
+    reason="the installed llama_cpp has no RPC backend (llama-cpp-python built without -DGGML_RPC=ON; "
+           "`make install` builds it with)",
+)
+
+STARTUP_S = 60
+MAX_TOKENS = 64
+# Over RPC every load sends the weights to the server; the curve and the probe would decode over it
+# too: the built-in curve keeps the test short (drafting is what it checks, not its sizing).
+RPC_KWARGS = dict(LLAMA_KWARGS, cost_curve=CPU_COST_CURVE, exactness=None)
+
+
+@contextlib.contextmanager
+def rpc_server(threads: int = 1):
+    """`plookup rpc-server` on 127.0.0.1 in a subprocess: yields (endpoint, process)."""
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    log = tempfile.TemporaryFile("w+")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "plookup.app.cli", "rpc-server", "--port", str(port), "--threads", str(threads)],
+        stdout=log, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        try:
+            rpc.wait_for_server(endpoint, STARTUP_S, alive=lambda: server.poll() is None)
+        except rpc.RpcError:
+            log.seek(0)
+            pytest.fail(f"plookup rpc-server did not start:\n{log.read()[-3000:]}")
+        yield endpoint, server
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+        log.close()
+
+
+@pytest.mark.budget(45)  # 35 s here with the local pair's first load; sends the weights to the server
+def test_greedy_over_rpc_equals_local_decoding(model_path, capsys):
+    _, plain, _ = pair("smollm2", model_path)
+    prompt = chat_prompt_tokens(plain, WORKLOADS[0].messages)  # a code edit: copies, so drafts
+    reference, gaps = greedy_with_gaps(plain, prompt, MAX_TOKENS)
+    with rpc_server() as (endpoint, _):
+        llm = plookup.Llama(model_path["smollm2"], rpc_servers=[endpoint], **RPC_KWARGS)
+        try:
+            assert llm.rpc_devices.endpoints == [endpoint] and len(llm.rpc_devices.devices) == 1
+            assert rpc.live_servers() == [endpoint]
+            tokens = list(itertools.islice(llm.generate(prompt, temp=0.0), len(reference)))
+            stats = llm.last_stats
+        finally:
+            llm.close()
+        assert rpc.live_servers() == []
+        # The model is gone, and with it ggml's connection: the server takes a client again.
+        assert rpc.check_server(endpoint) == rpc.RPC_PROTO
+    tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
+    diverged = first_divergence(reference, tokens)
+    assert tokens[:tie] == reference[:tie], f"differs at {diverged}, first near-tie {tie}"
+    assert tie >= 16, f"only {tie} tokens before the first near-tie: pick another prompt"
+    assert stats.accepted > 0 and stats.forward_passes < len(tokens)
+    with capsys.disabled():
+        print(f"\nover RPC: {len(tokens)} tokens in {stats.forward_passes} passes, {stats.accepted} accepted; "
+              f"first near-tie {tie}, first difference {diverged}")
+
+
+def test_a_closed_port_is_an_error_naming_the_server_within_seconds(model_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with pytest.raises(plookup.RpcError, match=f"RPC server {endpoint}: cannot connect"):
+        plookup.Llama(model_path["smollm2"], rpc_servers=endpoint, **RPC_KWARGS)
+    assert time.monotonic() - start < 5
+    assert rpc.live_servers() == []
+
+
+def test_the_command_line_names_the_server_it_cannot_reach(model_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "plookup.app.cli", "generate", "-m", model_path["smollm2"], "--rpc", endpoint,
+         "-p", "x", "--no-spec"], capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1 and f"RPC server {endpoint}: cannot connect" in done.stderr, done.stderr
+
+
+def test_a_server_busy_with_another_client_is_an_error_within_the_timeout():
+    with rpc_server() as (endpoint, _):
+        host, _, port = endpoint.rpartition(":")
+        with socket.create_connection((host, int(port))):  # holds the server: one client at a time
+            start = time.monotonic()
+            with pytest.raises(rpc.RpcError, match=f"RPC server {endpoint}: no answer within 1 s"):
+                rpc.check_server(endpoint, timeout=1)
+            assert time.monotonic() - start < 3
+
+
+CLIENT = """
+import sys
+import plookup
+from plookup.draft.policy import CPU_COST_CURVE
+
+llm = plookup.Llama(sys.argv[1], rpc_servers=sys.argv[2], n_ctx=512, n_threads=1, n_threads_batch=1,
+                    verbose=False, cost_curve=CPU_COST_CURVE, exactness=None)
+while True:
+    for i, chunk in enumerate(llm.create_completion("1, 2, 3, 4, 5,", max_tokens=400, temperature=0, stream=True)):
+        if i == 0:
+            print("started", flush=True)
+"""
+
+
+@pytest.mark.budget(60)
+def test_a_server_killed_mid_generation_ends_the_client_with_a_message_naming_it(model_path):
+    with rpc_server() as (endpoint, server):
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, model_path["smollm2"], endpoint],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            ready, _, _ = select.select([client.stdout], [], [], STARTUP_S)  # bounded: never a hang
+            assert ready and client.stdout.readline().strip() == "started", "the client did not start"
+            time.sleep(0.5)  # well inside the generation
+            os.kill(server.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            _, err = client.communicate(timeout=30)
+            ended = time.monotonic() - killed
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+    assert client.returncode == rpc.EXIT_RPC_LOST, err
+    assert f"lost an RPC server ({endpoint})" in err, err
+    assert ended < 10
