@@ -206,9 +206,10 @@ class Engine:
         gen.done = True
         slot = gen.slot
         if slot is not None and slot.generation is gen:  # still its own: its cells are this generation's
-            # as llama_cpp's loop leaves them: the prompt and the tokens taken but the last one
-            # (sampled, never evaluated); a token taken means the whole prompt is in the cells
-            gen.history = slot.tokens[: len(gen.prompt) + gen.taken - 1].copy() if gen.taken else np.asarray(gen.prompt)
+            # what the cache holds of what its consumer took, as _take_back keeps it: a token a
+            # stopping criterion fired on inside a verified draft is there, for llama_cpp's
+            # after-loop check to find, as in llama_cpp's own loop, which evaluates it first
+            gen.history = slot.tokens[: min(len(gen.prompt) + gen.taken, slot.n)].copy()
         with self._changed:
             self._given_back.append(gen)
         self._run(lambda: None)
