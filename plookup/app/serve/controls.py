@@ -9,7 +9,7 @@ with a 400 naming it, never dropped. They are kept out of the create_* arguments
 passes on what they mean.
 
 A :class:`Shape` is what a route does around the one admission path (:meth:`Service.respond`):
-it adds to the create_* arguments, sets up the request's :class:`plookup.api.llama.Call` (its
+it adds to the create_* arguments, sets up the request's :class:`plookup.api.call.Call` (its
 sampler chain, a time budget, a watch on the tokens handed out, for timings), and shapes the
 result and the stream's events. This one is OpenAI's, for the /v1 routes; llama-server's own
 routes (/completion, /infill) have theirs in :mod:`.llama_routes`.
