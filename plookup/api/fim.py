@@ -11,8 +11,9 @@ prompt it would get there: the other files' chunks first (after ``<REP>myproject
 ``<SEP>filename`` and its text, then ``<SEP>filename`` for the file being edited; without a file
 separator, each after a plain "--- snippet ---" line), then ``[BOS] <PRE> prefix prompt <SUF>
 suffix <MID>`` (``spm_infill``: the suffix part first). The prefix keeps its last 3/4 of a batch of
-tokens, the suffix its first 1/4 less the prompt's, and the chunks what the context leaves after a
-batch and twice the tokens to predict, the newest (last) chunks first. Those chunks are in the
+tokens (llama-server's default batch, 2048, or half a smaller context), the suffix its first 1/4
+less the prompt's, and the chunks what the context leaves after a batch and twice the tokens to
+predict, the newest (last) chunks first. Those chunks are in the
 prompt, so plookup's drafter also drafts from them: infilled code copies from them often.
 """
 
@@ -25,6 +26,7 @@ import llama_cpp
 CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"  # between chunks, for a model without a file separator
 REPO_NAME = "myproject\n"  # llama-server's: its clients send no repository name
 FILE_NAME = "filename\n"  # ... nor the name of the file being edited
+LLAMA_SERVER_N_BATCH = 2048  # llama-server's default --batch-size
 
 
 class FimTokens(NamedTuple):
@@ -83,7 +85,11 @@ def infill_prompt(
     if fim.sep is not None:
         chunks += [fim.sep, *tokenize(FILE_NAME)]
     middle = tokenize(prompt, special=True)
-    n_batch, n_ctx = llm.n_batch, llm.n_ctx()
+    # llama-server's budgets are fractions of its batch, 2048 tokens unless told, not of this
+    # model's (llama_cpp's 512): from a context of 4096 on, the same request gets llama-server's
+    # prompt. Below, llama-server's batch (its context) would leave the chunks no room: half.
+    n_ctx = llm.n_ctx()
+    n_batch = min(LLAMA_SERVER_N_BATCH, n_ctx // 2)
     before = tokenize(prefix)
     before = before[len(before) - min(len(before), 3 * (n_batch // 4)):]
     after = tokenize(suffix)[: max(0, n_batch // 4 - (2 + len(middle)))]

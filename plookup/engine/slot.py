@@ -60,7 +60,7 @@ class Generation:
     consumer: ``out`` (a deque it pops from, thread-safe), ``taken`` and ``done`` (release)."""
 
     slot: Optional[Slot]  # None until the engine hands it one
-    call: object  # plookup.api.llama.Call
+    call: object  # plookup.api.call.Call
     drafter: object  # an IndexDrafter, this generation's only (chosen with the slot)
     sampler: object  # sample(ctx, row): plookup.verify.greedy.GreedyRows, or llama_cpp's LlamaSampler chain
     randomly: bool  # temperature != 0: the policy learns how often samples are the argmax

@@ -293,6 +293,7 @@ def probe_slots(llm, max_n: int = DEFAULT_MAX_N, context_tokens: int = CONTEXT_T
     sequence 1, in a unified cache and in a stream per sequence, each row against single-token
     decodes of sequence 0 in a cache that holds it alone."""
     rng = np.random.default_rng(2)
+    max_n = max(1, min(max_n, llm.n_batch // 2))  # n rows beside as many fill one batch
     limit = context_limit(llm)
     n_context = max(2, min(context_tokens, limit // 2 - max_n))
     half = max(1, n_context - LOCKSTEP)

@@ -230,8 +230,8 @@ def test_a_finished_requests_input_ids_stay_its_own_once_another_takes_its_slot(
     """After its last token llama_cpp's completion code reads ``_input_ids`` once more (a chat
     template's stop-token criterion indexes its last token), and by then the request's slot may
     be another's: a server saw an empty array there (IndexError, a 500) and could have read
-    another request's last token. What it reads is its own prompt and the tokens it took, but
-    the newest (never in the cache)."""
+    another request's last token. What it reads is its own prompt and the tokens it took that
+    its cache held (the newest is there where the engine had stepped ahead of its consumer)."""
     llm = parallel_smol
     prompts, _ = references
     llm._engine.forget()  # every slot empty: both requests get slot 0, the lowest free one
@@ -244,7 +244,8 @@ def test_a_finished_requests_input_ids_stay_its_own_once_another_takes_its_slot(
             next(other)
             assert llm._engine.slots[0].generation is not None
             other.close()
-        assert llm._input_ids.tolist() == [*prompts[1], *taken[:2]]
+        ids = llm._input_ids.tolist()
+        assert len(ids) - len(prompts[1]) in (2, 3) and ids == [*prompts[1], *taken][: len(ids)]
 
 
 def test_every_decode_of_several_slots_runs_on_one_thread(parallel_smol, references, monkeypatch):

@@ -27,10 +27,10 @@ def test_models_give_the_chains_tokens(any_model_pair, monkeypatch, repeat_penal
     prompt = chat_prompt_tokens(llm, MESSAGES)
     fast = generate(llm, prompt, repeat_penalty)
     assert llm.last_stats.sampler == "argmax"
-    monkeypatch.setattr("plookup.api.llama.greedy_rows", lambda *a, **k: None)
+    monkeypatch.setattr("plookup.api.sampling.greedy_rows", lambda *a, **k: None)
     chain = generate(llm, prompt, repeat_penalty)
     assert llm.last_stats.sampler == "chain"
     assert fast == chain, name
     if repeat_penalty != 1.0:  # control: the same rows without the penalty are another answer
-        monkeypatch.setattr("plookup.api.llama.greedy_rows", lambda n_vocab, last_n, **k: GreedyRows(n_vocab))
+        monkeypatch.setattr("plookup.api.sampling.greedy_rows", lambda n_vocab, last_n, **k: GreedyRows(n_vocab))
         assert generate(llm, prompt, repeat_penalty) != chain, name

@@ -113,6 +113,26 @@ def register(commands) -> None:
                        help="with --concurrency and llama-server: run its n-gram drafters with each of these "
                             "longest drafts (ngram-mod's n-max, ngram-simple's size-m; e.g. 16,64; default: "
                             "llama-server's own, 64 and 48)")
+    bench.add_argument("--editor", metavar="LIST",
+                       help="instead of the comparison above: llama.vim's requests over HTTP, fim (/infill at its "
+                            "250 and 1000 ms budgets and without one) and/or instruct (iterated edits on "
+                            "/v1/chat/completions), against llama-server (plain, ngram-mod) and `plookup serve` "
+                            "(drafting, plain, --no-memory), each started here (see plookup.app.bench.editor)")
+    bench.add_argument("--fim-cases", type=int, default=16, metavar="N",
+                       help="with --editor fim: cursor positions cut from PyPI release files (default 16)")
+    bench.add_argument("--fim-chunks", type=int, default=8, metavar="N",
+                       help="with --editor: input_extra chunks of other files a request carries (default 8; "
+                            "llama.vim's ring holds up to 16)")
+    bench.add_argument("--instruct-sessions", type=int, default=3, metavar="N",
+                       help="with --editor instruct: functions edited (default 3)")
+    bench.add_argument("--instruct-turns", type=int, default=3, metavar="K",
+                       help="with --editor instruct: instructions a session sends, each on the last answer (default 3)")
+    bench.add_argument("--editor-systems", metavar="LIST",
+                       help="with --editor: only these systems, of: llama-server, llama-server ngram-mod, plookup, "
+                            "plookup plain, plookup --no-memory (e.g. to run them in turns, then --editor-report)")
+    bench.add_argument("--editor-log", metavar="FILE", help="with --editor: append the servers' output to FILE")
+    bench.add_argument("--editor-report", metavar="FILE", nargs="+",
+                       help="no model: print the tables of --editor runs' --json files, merged")
     bench.set_defaults(func=cmd_bench)
 
 
@@ -155,6 +175,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError("--cost-curve models a recorded run's drafts: give the run with --replay FILE")
     if args.replay:
         return cmd_replay(args)
+    if args.editor_report:
+        return cmd_editor_report(args)
+    if args.editor:
+        return cmd_editor(args)
     if args.concurrency:
         return cmd_concurrency(args)
     names = [s for s in args.systems.split(",") if s]
@@ -224,6 +248,33 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         plot(args.plot, record["concurrency"])
         note(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_editor(args: argparse.Namespace) -> int:
+    from .editor import cmd_editor as run
+
+    for name in ("fim_cases", "fim_chunks", "instruct_sessions", "instruct_turns"):
+        if getattr(args, name) < (0 if name == "fim_chunks" else 1):
+            raise ValueError(f"--{name.replace('_', '-')}: too small")
+    kwargs = model_kwargs(args)
+    record = run(args, kwargs, note, find_server(args), machine())
+    if args.json:
+        write_json(args.json, record)
+    return 0
+
+
+def cmd_editor_report(args: argparse.Namespace) -> int:
+    from .editor import merge, print_tables
+
+    records = []
+    for path in args.editor_report:
+        with open(path, encoding="utf-8") as f:
+            records.append(json.load(f))
+    record = merge(records)
+    print_tables(record)
+    if args.json:
+        write_json(args.json, record)
     return 0
 
 

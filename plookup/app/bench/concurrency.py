@@ -233,7 +233,7 @@ def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optiona
 
 
 def trace_summary(steps: list[dict], clients: int) -> str:
-    """Where a run's time went, from its steps (:class:`plookup.engine.engine.StepRecord` as dicts):
+    """Where a run's time went, from its steps (:class:`plookup.engine.step.StepRecord` as dicts):
     decodes and host work, the steps that drafted and what they returned, and the tail, the steps
     after the last one with every slot busy (a closed set of requests ends with fewer rows a step:
     where some requests draft and finish first, the others finish on their own)."""

@@ -47,6 +47,23 @@ def _peak_rss_mib(pid: int) -> Optional[float]:
     return None
 
 
+def wait_healthy(process: subprocess.Popen, url: str, name: str, seconds: float) -> None:
+    """Until the server at `url` answers /health with 200; RuntimeError where its process exits
+    first or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{name} not healthy after {seconds}s")
+
+
 class ServerSystem:
     """`spec_type` None: the server decodes without drafting."""
 
@@ -66,19 +83,11 @@ class ServerSystem:
              "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots), *flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name}: llama-server exited with {self.process.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            time.sleep(0.5)
-        self.close()
-        raise RuntimeError(f"{self.name}: llama-server not healthy after {STARTUP_SECONDS}s")
+        try:
+            wait_healthy(self.process, self.url, f"{self.name}: llama-server", STARTUP_SECONDS)
+        except RuntimeError:
+            self.close()
+            raise
 
     def _completion(self, prompt: Sequence[int], max_tokens: int, **options) -> urllib.request.Request:
         """A /completion request for the prompt's tokens, prompt caching off."""

@@ -180,21 +180,15 @@ class Service:
         OpenAI's, with the llama-server fields the /v1 routes take)."""
         shape = shape or Shape(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
         kwargs, prediction = await self.admit(body, create_name, shape)
-        self.metrics.queue_wait.observe(await self.gate.enter())
         create = getattr(self.llm, create_name)
 
         def run(call, stream: bool = False):
             return shape.run(create, kwargs, call, stream)
 
         if body.stream:
+            self.metrics.queue_wait.observe(await self.gate.enter())
             return await self.start_stream(body, run, prediction, shape)  # the stream leaves the gate
-        try:
-            call, result = await self.generate(request, run, prediction)
-        except ValueError as e:
-            raise model_error(e, body) from e
-        finally:
-            self.gate.leave()
-        self.metrics.record_generation(call.stats.as_dict())
+        call, result = await self.through_gate(request, body, run, prediction)
         if call.prediction:
             details = await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(result))
             result["usage"]["completion_tokens_details"] = details
@@ -215,14 +209,7 @@ class Service:
         def each(call):
             return [shape.run(self.llm.create_completion, kwargs, call) for shape, (kwargs, _) in zip(shapes, admitted)]
 
-        self.metrics.queue_wait.observe(await self.gate.enter())
-        try:
-            call, results = await self.generate(request, each, prediction)
-        except ValueError as e:
-            raise model_error(e, body) from e
-        finally:
-            self.gate.leave()
-        self.metrics.record_generation(call.stats.as_dict())
+        call, results = await self.through_gate(request, body, each, prediction)
         result = merge_completions(results)
         if call.prediction:
             details = [await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(r))
@@ -230,6 +217,19 @@ class Service:
             result["usage"]["completion_tokens_details"] = {k: sum(d[k] for d in details) for k in details[0]}
             self.metrics.record_prediction(result["usage"]["completion_tokens_details"])
         return result
+
+    async def through_gate(self, request: Request, body, run, prediction):
+        """(call, result) of a non-streamed request: it waits at the gate, generates, leaves the
+        gate however that ends, and its generation's stats go to the metrics."""
+        self.metrics.queue_wait.observe(await self.gate.enter())
+        try:
+            call, result = await self.generate(request, run, prediction)
+        except ValueError as e:
+            raise model_error(e, body) from e
+        finally:
+            self.gate.leave()
+        self.metrics.record_generation(call.stats.as_dict())
+        return call, result
 
     async def generate(self, request: Request, run, prediction):
         """(call, result) of a non-streamed request, which ends at its next step once the client

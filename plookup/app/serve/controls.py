@@ -9,7 +9,7 @@ with a 400 naming it, never dropped. They are kept out of the create_* arguments
 passes on what they mean.
 
 A :class:`Shape` is what a route does around the one admission path (:meth:`Service.respond`):
-it adds to the create_* arguments, sets up the request's :class:`plookup.api.llama.Call` (its
+it adds to the create_* arguments, sets up the request's :class:`plookup.api.call.Call` (its
 sampler chain, a time budget, a watch on the tokens handed out, for timings), and shapes the
 result and the stream's events. This one is OpenAI's, for the /v1 routes; llama-server's own
 routes (/completion, /infill) have theirs in :mod:`.llama_routes`.
@@ -169,26 +169,34 @@ class Clock:
 
 class Watch:
     """The tokens one completion handed out (and when), and llama-server's two ends of a code
-    completion, each at the engine's next step: its time budget (``t_max_predict_ms``: once a
-    newline is out and `budget` seconds have passed since the first token) and its indentation
-    (``n_indent``: a line after the first that starts less indented, see :func:`indent_cut`)."""
+    completion: its time budget (``t_max_predict_ms``: on a token whose text holds a newline, once
+    `budget` seconds have passed since the first token; that token is the completion's last, and
+    tokens the same step drafted after it are not the completion's, as llama-server's own loop
+    stops there) and its indentation (``n_indent``: a line after the first that starts less
+    indented, see :func:`indent_cut`), each ending the generation at the engine's next step."""
 
     def __init__(self, llm, budget: Optional[float], eog: frozenset, n_indent: int = 0):
         self.llm, self.budget, self.eog, self.n_indent = llm, budget, eog, n_indent
         self.tokens: list[int] = []
         self.clock = Clock()
         self.text, self.newline, self.indent_ended = b"", False, False
+        self.cut: Optional[int] = None  # the tokens the budget ended the completion after
 
     def start(self) -> None:
-        self.tokens, self.text, self.newline, self.indent_ended = [], b"", False, False
+        self.tokens, self.text, self.newline, self.indent_ended, self.cut = [], b"", False, False, None
         self.clock.started()
 
     def __call__(self, token: int) -> None:
         self.clock.token()
         self.tokens.append(token)
+        if self.cut is not None:
+            return  # after the budget's end: handed out in the same step, not the completion's
         if (self.budget is not None or self.n_indent) and token not in self.eog:
-            self.text += self.llm.detokenize([token], prev_tokens=self.tokens[:-1])
+            piece = self.llm.detokenize([token], prev_tokens=self.tokens[:-1])
+            self.text += piece
             self.newline = self.newline or b"\n" in self.text
+            if self.budget is not None and b"\n" in piece and time.perf_counter() - self.clock.first > self.budget:
+                self.cut = len(self.tokens)
             if self.n_indent and self.newline and not self.indent_ended:
                 self.indent_ended = indent_cut(self.text.decode("utf-8", errors="ignore"), self.n_indent) is not None
 
@@ -197,12 +205,16 @@ class Watch:
         return self.budget is not None or self.n_indent > 0
 
     def ended(self) -> bool:
-        over = self.budget is not None and self.newline and time.perf_counter() - self.clock.first > self.budget
-        return over or self.indent_ended
+        return self.cut is not None or self.indent_ended
+
+    def delivered(self) -> list[int]:
+        """The completion's tokens, its end-of-generation token included (what the budget left)."""
+        return list(self.tokens if self.cut is None else self.tokens[: self.cut])
 
     def completion_tokens(self) -> list[int]:
         """The completion's tokens as llama_cpp counts them (an end-of-generation token is not one)."""
-        return self.tokens[:-1] if self.tokens and self.tokens[-1] in self.eog else list(self.tokens)
+        tokens = self.delivered()
+        return tokens[:-1] if tokens and tokens[-1] in self.eog else tokens
 
 
 class Shape:

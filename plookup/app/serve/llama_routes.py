@@ -147,7 +147,7 @@ class Completion:
     def __init__(self, result: dict, watch, emitted: list, counts: Optional[dict] = None):
         self.result, self.watch, self.emitted, self.counts = result, watch, emitted, counts
         self.tokens = watch.completion_tokens()
-        self.all_tokens = list(watch.tokens)
+        self.all_tokens = watch.delivered()
 
 
 class LlamaShape(Shape):

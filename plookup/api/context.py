@@ -1,0 +1,65 @@
+"""The context plookup decodes in: llama_cpp's replaced by one with a sequence per slot (and one
+per draft branch), its decodes on a thread of their own where that helps, and the engine over it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+
+import llama_cpp
+import llama_cpp._internals as internals
+
+from ..engine import Engine
+from ..engine.decode_thread import DecodeThread, teams_per_thread
+
+
+def start_engine(llm, parallel: int, decode_thread) -> bool:
+    """The model's context recreated for `parallel` slots and its :class:`~plookup.engine.Engine`;
+    returns whether each slot has a KV stream of its own."""
+    # Recurrent and hybrid memories cannot drop a suffix, so rejected draft tokens would stay.
+    llm.can_roll_back = not (llm._is_recurrent or llm._is_hybrid)
+    if parallel > 1 and not llm.can_roll_back:
+        raise ValueError(f"parallel={parallel}: {llm.model_path} keeps a recurrent state, which plookup "
+                         f"decodes plainly, one generation at a time; use parallel=1")
+    if parallel > llm.n_batch:
+        raise ValueError(f"parallel={parallel} needs n_batch >= {parallel} (one row per slot a step)")
+    if (parallel > 1 if decode_thread is None else decode_thread) and teams_per_thread():
+        llm._decode_thread = DecodeThread()  # before the first decode: see its module
+        llm._stack.callback(llm._decode_thread.close)
+    # With several slots, a KV stream per slot (see plookup.draft.sizing), and so no
+    # sequences for a second branch.
+    streams = parallel > 1
+    recreate_context(llm, parallel, streams=streams)
+    llm._engine = Engine(llm, parallel, branch_sequences=not streams, streams=streams)
+    llm._stack.callback(llm._engine.chains.detach)  # (runs before the context is freed)
+    return streams
+
+
+def recreate_context(llm, parallel: int, streams: bool = False) -> None:
+    """Each slot decodes on a sequence of its own, and verifies a second branch on another,
+    sharing cells with the first (kv_unified: a split cache would also split each sequence's
+    window). llama_cpp.Llama offers no such parameters, so its context is replaced by one that
+    has 2 * parallel sequences and, with several slots, parallel * n_ctx cells. With
+    `streams`, each of `parallel` sequences has a stream of n_ctx cells and no second branch.
+    Its decodes stay on one thread (:mod:`plookup.engine.decode_thread`)."""
+    params = llm.context_params
+    # (unless llama_cpp made one already, e.g. in its embedding mode)
+    if not (parallel == 1 and params.n_seq_max >= 2 and params.kv_unified and params.n_outputs_max_per_seq == 0):
+        params.n_outputs_max_per_seq = 0  # n_batch: a backend chain samples every row of a verify step
+        params.n_seq_max = parallel if streams else 2 * parallel
+        params.kv_unified = not streams
+        params.n_ctx = parallel * llm._n_ctx if parallel > 1 else params.n_ctx
+        llm._ctx.close()  # free the first cache before allocating the second
+        llm._ctx = llm._stack.enter_context(
+            contextlib.closing(
+                internals.LlamaContext(model=llm._model, params=params, verbose=llm.verbose)
+            )
+        )
+    if llm._decode_thread is not None:
+        llm._ctx.decode = llm._decode_thread.route(llm._ctx.decode)
+    if llm._lora_adapter is not None:
+        adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(llm._lora_adapter)
+        scales = (ctypes.c_float * 1)(llm.lora_scale)
+        if llama_cpp.llama_set_adapters_lora(llm._ctx.ctx, adapters, 1, scales):
+            raise RuntimeError(f"Failed to set LoRA adapter from lora path: {llm.lora_path}")

@@ -1,0 +1,179 @@
+"""Admission and release: requests onto slots, and slots back, by whoever holds the context.
+
+A request waits (:meth:`Admission.admit`) until a free slot is handed to it: the one whose cells
+share the longest prefix with its prompt. Its consumer takes its tokens (:meth:`Admission.tokens`),
+stepping the engine whenever none is waiting, and gives it back when done
+(:meth:`Admission.release`); the slot keeps the cells of what the consumer took. The turns
+themselves (who holds the context, who waits) are :mod:`.turns`'.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from ..verify.backend import BackendGreedy
+from .slot import Generation, Slot
+from .turns import Turns
+
+
+class Admission(Turns):
+    """The engine's admission and release (a part of :class:`plookup.engine.Engine`, which holds
+    ``llm``, ``slots``, ``chains``, ``_step`` and ``_roll_back``)."""
+
+    def active(self) -> int:
+        return sum(slot.generation is not None for slot in self.slots)
+
+    def admit(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
+        """Queue the request and wait for a slot: the free one whose cells share the longest prefix
+        with `prompt` (editors resend the same file every turn). That prefix is kept, the rest is
+        prefilled in the steps to come."""
+        gen = Generation(None, call, None, sampler, randomly, stopping_criteria, list(prompt))
+        with self._changed:
+            self._waiting.append(gen)
+        self._wait(lambda: gen.slot is not None or gen.error is not None)
+        if gen.slot is None:
+            raise gen.error
+        return gen
+
+    def _hand_out(self) -> None:
+        """Slots to waiting requests, first come first served (under the context)."""
+        while True:
+            with self._changed:
+                if not self._waiting or self._held:
+                    return
+                self._supersede()
+                free = [s for s in self.slots if s.generation is None]
+                if not free:
+                    return
+                gen = self._waiting.popleft()
+            slot = max(free, key=lambda s: (s.shared_prefix(gen.prompt), -s.index))
+            gen.drafter = self._drafter(slot)
+            try:
+                self._keep_prefix(slot, gen)
+                gen.drafter.start([*gen.call.prediction, *gen.prompt])  # a prediction is history to draft from
+                if isinstance(gen.sampler, BackendGreedy):
+                    self.chains.attach((slot.seq, slot.branch_seq))
+                else:
+                    self.chains.detach((slot.seq, slot.branch_seq))
+            except Exception as e:
+                gen.error = e  # raised in the requesting thread
+                continue
+            slot.generation, gen.slot = gen, slot
+
+    def _drafter(self, slot: Slot):
+        """Slot 0 drafts with the model's drafter, and every other slot with one it spawned from it
+        and keeps, index included, between requests like slot 0 (a follow-up request indexes only
+        its new tokens), spawned again only once the model's drafter or its settings changed."""
+        model = self.llm.drafter
+        if slot.index == 0:
+            return model
+        # (a tuple compares the objects by identity, the numbers by value)
+        made_from = (model, model.policy, getattr(model, "corpus", None), model.max_draft, model.branches)
+        if slot.drafter is None or slot.drafter_made_from != made_from:
+            slot.drafter, slot.drafter_made_from = model.spawn(), made_from
+        return slot.drafter
+
+    def _keep_prefix(self, slot: Slot, gen: Generation) -> None:
+        prompt = gen.prompt
+        cached = slot.shared_prefix(prompt)
+        # A whole cached prompt decodes its last token again: its logits are gone.
+        reuse = cached - 1 if cached == len(prompt) else cached
+        if not (reuse > 0 and self._roll_back(slot.seq, reuse)):
+            reuse = 0
+            if not self._roll_back(slot.seq, 0):
+                raise RuntimeError(f"llama.cpp could not clear sequence {slot.seq} of the cache")
+        slot.n = reuse
+        gen.call.stats.prefill_tokens = len(prompt) - reuse
+
+    def release(self, gen: Generation) -> None:
+        """The consumer is done. Its generation ends now; its slot is taken back by whoever holds
+        the context next (now, if it is free: a finalizer inside a step cannot have it)."""
+        gen.done = True
+        slot = gen.slot
+        if slot is not None and slot.generation is gen:  # still its own: its cells are this generation's
+            # what the cache holds of what its consumer took, as _take_back keeps it: a token a
+            # stopping criterion fired on inside a verified draft is there, for llama_cpp's
+            # after-loop check to find, as in llama_cpp's own loop, which evaluates it first
+            gen.history = slot.tokens[: min(len(gen.prompt) + gen.taken, slot.n)].copy()
+        with self._changed:
+            self._given_back.append(gen)
+        self._run(lambda: None)
+
+    def _take_back(self) -> None:
+        """Keep in the cache only what each given-back generation's consumer took (the newest
+        token is never in it), forget its branch, let its drafter finish, free its slot."""
+        while True:
+            with self._changed:
+                if not self._given_back:
+                    return
+                gen = self._given_back.popleft()
+            slot = gen.slot
+            if slot is None or slot.generation is not gen:
+                continue
+            try:
+                keep = min(len(gen.prompt) + gen.taken, slot.n)
+                if not self._roll_back(slot.seq, keep):  # unconditional: a failed decode may leave cells
+                    self._roll_back(slot.seq, 0)
+                    keep = 0
+                slot.n = keep
+                self._roll_back(slot.branch_seq, 0)
+                if slot.index == 0:
+                    self.llm._requires_eval = True  # the context's logits belong to a verify batch
+                gen.drafter.finish()  # e.g. remember this request in a cross-request memory
+            finally:
+                if gen.shared and gen.call.stats.exact:
+                    gen.call.stats.exact = False
+                slot.generation = None
+
+    def forget(self) -> None:
+        """Drop the cells of every idle slot (a benchmark's runs then each prefill afresh)."""
+
+        def drop():
+            for slot in self.slots:
+                if slot.generation is None and self._roll_back(slot.seq, 0):
+                    slot.n = 0
+
+        self._wait_for(drop)
+
+    def _supersede(self) -> None:
+        """With one slot, a new generation takes the model from one whose consumer has not
+        closed it (a stream left half read), as llama_cpp's own generate does: waiting for it
+        could wait forever on the very thread that holds it. The old one ends with an error.
+        Under the context and the condition's lock."""
+        gen = self.slots[0].generation
+        if len(self.slots) == 1 and gen is not None:
+            gen.error = RuntimeError("a newer generation on this model (parallel=1) ended this one before it was closed")
+            gen.done = True
+            self._given_back.append(gen)
+            self._take_back()
+
+    def _own_context(self) -> None:
+        """For llama_cpp's own plain decoding on sequence 0 (:meth:`exclusive`): no backend chain,
+        and the other slots' cells emptied."""
+        self.chains.detach()  # llama_cpp's loop reads sequence 0's logits
+        for slot in self.slots[1:]:
+            self._roll_back(slot.seq, 0)
+            slot.n = 0
+
+    # -- consuming
+
+    def tokens(self, gen: Generation) -> Iterator[int]:
+        """The generation's tokens as its consumer takes them; stepping the engine whenever none
+        is waiting and no other thread is stepping. Raises the generation's error after the
+        tokens emitted before it."""
+        try:
+            while True:
+                if not gen.out:
+                    self._wait(lambda: bool(gen.out) or gen.done, self._step)
+                    if not gen.out:
+                        if gen.error is not None:
+                            raise gen.error
+                        return
+                token = gen.out.popleft()
+                gen.taken += 1
+                gen.call.stats.generated += 1
+                yield token
+        finally:
+            self.release(gen)

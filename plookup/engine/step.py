@@ -1,0 +1,219 @@
+"""The step: rows in, one ``llama_decode``, verdicts out.
+
+A step gathers, for every generation that wants tokens, its rows: a decoding generation's pending
+token and draft (:func:`plookup.verify.rows.verify_rows`, on its own sequence), and a prefilling one's
+next chunk of prompt (logits at the chunk's last row only, as llama_cpp's ``eval`` asks). One
+decode; then :func:`plookup.verify.accept.accept` judges each generation's rows (:mod:`.verdicts`),
+each one's rejected draft tokens leave its own sequence, and the tokens it emits wait in its
+``out`` queue for its consumer.
+
+Drafts: a lone decoding generation drafts with its policy as a single stream does (a second branch
+included where the context has branch sequences); several are sized together for the step's cost
+(:func:`plookup.draft.sizing.size_batch`, or :func:`~plookup.draft.sizing.size_streams` where every slot has a KV
+stream of its own, as it has with several slots): a busy batch drafts less, a full one nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import llama_cpp
+
+from ..draft.values import NO_DRAFT, Draft
+from ..verify.rows import fill, last_row_logits, sequence_rows, verify_rows
+from .slot import Generation
+
+# Tokens a generation may be stepped ahead of its consumer by the other consumers' steps: enough
+# that a consumer busy with its last tokens does not drop out of the next batch, few enough that a
+# client that has stopped reading does not make the others verify tokens nobody takes.
+AHEAD = 48
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step did and where its time went (``Engine.trace``; ``plookup bench --trace``)."""
+
+    began: float  # time.perf_counter() at the step's start
+    host_before: float  # seconds: drafting, the batch's rows
+    decode: float  # seconds inside llama_decode
+    host_after: float  # seconds: each generation's verdict, prompt chunks taken in
+    rows: int
+    drafted: list[int]  # each decoding generation's draft length
+    accepted: list[int]  # ... and how many of it were accepted
+    prefilled: int  # prompt tokens of prefilling generations in the step
+
+
+class Step:
+    """The engine's step (a part of :class:`plookup.engine.Engine`, which holds ``llm``, ``slots``,
+    ``shared_exact``, ``size_drafts``, the counters and ``trace``, and judges with
+    :class:`.verdicts.Verdicts`)."""
+
+    def _step(self) -> None:
+        decoding, prefilling = self._gather()
+        if not decoding and not prefilling:
+            return
+        began = time.perf_counter()
+        drafts = self._drafts(decoding, reserve=len(prefilling))
+        rows: list = []
+        logits: list[bool] = []
+        parts = [self._draft_rows(gen, draft, rows, logits) for gen, draft in zip(decoding, drafts)]
+        chunks = self._chunk_rows(prefilling, rows, logits)
+        stepped = [gen for gen, _, _ in parts] + [gen for gen, _, _ in chunks]
+        self._note_shared(stepped)
+        fill(self.llm, rows, logits)
+        decoding_began = time.perf_counter()
+        if not self._decode(stepped, len(rows)):
+            return
+        decoded = time.perf_counter()
+        accepted = [self._verdict(gen, draft, start) for gen, draft, start in parts]
+        for gen, start, chunk in chunks:
+            self._take_chunk(gen, start, chunk)
+        if self.trace is not None:
+            self.trace.append(StepRecord(began, decoding_began - began, decoded - decoding_began,
+                                         time.perf_counter() - decoded, len(rows), [len(d) for d in drafts],
+                                         accepted, sum(len(chunk) for _, _, chunk in chunks)))
+
+    # -- rows in
+
+    def _wants(self, gen: Generation) -> bool:
+        if gen.done:
+            return False
+        if not gen.out:
+            return True  # its consumer is waiting (or will be): always step it
+        if len(gen.out) >= AHEAD:
+            return False
+        if gen.call.max_tokens is not None and gen.emitted >= gen.call.max_tokens:
+            return False  # its caller takes no more
+        # llama_cpp's completions end at an end-of-generation token: do not decode past one
+        # before the consumer asks for more.
+        return not llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, gen.out[-1])
+
+    def _gather(self) -> tuple[list[Generation], list[Generation]]:
+        """The generations this step advances: (decoding, prefilling). One cancelled, or whose
+        context is full, ends here instead."""
+        decoding: list[Generation] = []
+        prefilling: list[Generation] = []
+        for slot in self.slots:
+            gen = slot.generation
+            if gen is None or not self._wants(gen):
+                continue
+            if gen.call.is_cancelled():
+                gen.done = True  # e.g. the client hung up: this generation ends here
+            elif gen.prefilling:
+                prefilling.append(gen)
+            elif self._room(slot) < 0:
+                gen.done = True  # context full: the caller reports finish_reason "length"
+            else:
+                decoding.append(gen)
+        return decoding, prefilling
+
+    def _draft_rows(self, gen: Generation, draft: Draft, rows: list, logits: list) -> tuple:
+        """The generation's pending token and draft appended to the step's rows, with logits at
+        each; returns (generation, draft, its first row)."""
+        slot = gen.slot
+        slot.tokens[slot.n] = gen.pending
+        start = len(rows)
+        new = verify_rows(gen.pending, draft.tokens, draft.branch, slot.n, (slot.seq, slot.branch_seq))
+        rows += new
+        logits += [True] * len(new)
+        if draft.branch is not None:
+            assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
+            # the branches share the whole prefix
+            llama_cpp.llama_memory_seq_cp(self.memory, slot.seq, slot.branch_seq, -1, -1)
+        return gen, draft, start
+
+    def _chunk_rows(self, prefilling: list[Generation], rows: list, logits: list) -> list:
+        """Prompt chunks in the rows the batch has left, first come first; returns (generation,
+        its first row, its prompt chunk) for each."""
+        chunks = []
+        budget = self.llm.n_batch - len(rows)
+        for gen in prefilling:
+            if budget <= 0:
+                break
+            slot = gen.slot
+            chunk = gen.prompt[slot.n : slot.n + budget]
+            chunks.append((gen, len(rows), chunk))
+            rows += sequence_rows(chunk, slot.n, slot.seq)
+            logits += last_row_logits(len(chunk))
+            budget -= len(chunk)
+        return chunks
+
+    def _note_shared(self, stepped: list[Generation]) -> None:
+        """Generations that share a step, or the cache, with another sequence are no lone decode:
+        no exactness claim, unless the layout keeps their rows so (``shared_exact``)."""
+        others = [s for s in self.slots if s.n > 0 and s.generation not in stepped]
+        if not self.shared_exact and (len(stepped) > 1 or others):
+            for gen in stepped:
+                gen.shared = True
+
+    def _drafts(self, decoding: list[Generation], reserve: int) -> list[Draft]:
+        """Each decoding generation's draft; `reserve` rows stay free for prefill chunks."""
+        llm = self.llm
+        if not decoding or not llm.can_roll_back:
+            return [NO_DRAFT] * len(decoding)
+        limits = [self._draft_limit(gen, len(decoding), reserve) for gen in decoding]
+
+        def timed(gen, ask, limit):  # the drafter's time is its generation's
+            start = time.perf_counter()
+            try:
+                return ask(limit)
+            finally:
+                gen.call.stats.draft_seconds += time.perf_counter() - start
+
+        if len(decoding) == 1 and not decoding[0].call.speculative.p_min:
+            drafts = [timed(decoding[0], decoding[0].drafter.propose, limits[0])]
+        else:  # several slots sized together; or one whose request cuts its drafts by p_min
+            offers = [timed(gen, gen.drafter.offer, limit) for gen, limit in zip(decoding, limits)]
+            chances = [gen.call.speculative.cut(p) for gen, (_, p) in zip(decoding, offers)]
+            lengths = self.size_drafts(chances, llm.drafter.policy.cost, llm.n_batch - reserve)
+            drafts = [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
+        # a request's n_min drops its shorter drafts, as llama-server's does
+        return [NO_DRAFT if len(d) < gen.call.speculative.n_min else d for gen, d in zip(decoding, drafts)]
+
+    def _draft_limit(self, gen: Generation, n_decoding: int, reserve: int) -> int:
+        """The longest draft the generation may verify: room in its context and the batch, its
+        caller's max_tokens, its request's n_max."""
+        limit = min(self._room(gen.slot), self.llm.n_batch - n_decoding - reserve)
+        if gen.call.max_tokens is not None:  # a step emits accepted + 1 tokens
+            limit = min(limit, gen.call.max_tokens - gen.emitted - 1)
+        if gen.call.speculative.n_max is not None:
+            limit = min(limit, gen.call.speculative.n_max)
+        return limit
+
+    # -- one decode
+
+    def _decode(self, stepped: list[Generation], n_rows: int) -> bool:
+        """The step's one llama_decode; False when it failed, and with it every generation in it."""
+        try:
+            self.llm._ctx.decode(self.llm._batch)
+        except Exception as e:  # the whole batch failed: so did every generation in it
+            for gen in stepped:
+                self._fail(gen, e)
+            return False
+        finally:
+            self.steps += 1
+            self.rows += n_rows
+        return True
+
+    # -- verdicts out
+
+    def _verdict(self, gen: Generation, draft: Draft, start: int) -> int:
+        """:meth:`_judge` the generation's rows; an error of its sampler or stopping criteria
+        ends this generation only. Returns how many draft tokens were accepted."""
+        try:
+            return self._judge(gen, draft, start)
+        except Exception as e:
+            self._fail(gen, e)
+            return 0
+
+    def _take_chunk(self, gen: Generation, start: int, chunk) -> None:
+        """A prompt chunk is in the cells; after the prompt's last one, its first token."""
+        slot = gen.slot
+        slot.tokens[slot.n : slot.n + len(chunk)] = chunk
+        slot.n += len(chunk)
+        if slot.n == len(gen.prompt):
+            try:
+                self._first_token(gen, start + len(chunk) - 1)
+            except Exception as e:
+                self._fail(gen, e)

@@ -1,0 +1,123 @@
+"""A generation's verdict on its rows of a step: which tokens come out, and its sequence rolled back
+to them.
+
+:func:`plookup.verify.accept.accept` walks the rows with the generation's sampler and stopping
+criteria; the accepted part of the path taken (the draft, or its branch) stays in the sequence,
+the rest is rolled back (``Engine._roll_back``); the emitted tokens are counted, read for logprobs
+where the call asks, indexed by its drafter, and queued for its consumer.
+"""
+
+from __future__ import annotations
+
+import time
+
+import llama_cpp
+import numpy as np
+
+from ..draft.values import CORPUS, MEMORY, NO_DRAFT, Draft
+from .slot import Generation
+
+
+class Verdicts:
+    """The engine's verdicts (a part of :class:`plookup.engine.Engine`, which holds ``llm``,
+    ``accept``, ``memory``, ``_roll_back`` and ``_evaluate_afresh``)."""
+
+    def _sample(self, gen: Generation, start: int):
+        """sample(row): the generation's sampler chain on its row `row` (batch row start + row);
+        at temperature > 0 also whether the sample was the most likely token."""
+        ctx, sampler, llm = self.llm._ctx, gen.sampler, self.llm
+
+        def sample(row: int):
+            token = sampler.sample(ctx, start + row)  # y ~ p(· | prefix + draft[:row]); greedy: argmax
+            if not gen.randomly:
+                return token, None
+            return token, token == int(np.argmax(llm._logits_row(start + row)))
+
+        return sample
+
+    def _stop(self, gen: Generation, n_past: int, start: int):
+        """stop(prefix, row): llama_cpp's stopping criteria on the tokens up to position n_past,
+        then the verified `prefix`, and the row's logits."""
+        criteria, slot, llm = gen.stopping_criteria, gen.slot, self.llm
+        if criteria is None:
+            return None
+
+        def stop(prefix, row: int) -> bool:
+            ids = np.concatenate((slot.tokens[: n_past + 1], np.asarray(prefix, dtype=slot.tokens.dtype)))
+            return bool(criteria(ids, llm._logits_row(start + row)))
+
+        return stop
+
+    def _accept(self, gen: Generation, draft: list[int], start: int, n_past: int, branch):
+        """The acceptance rule on the generation's rows from batch row `start` on, timed as its
+        sampling (what the host spends reading the rows)."""
+        begin = time.perf_counter()
+        try:
+            return self.accept(draft, self._sample(gen, start), self._stop(gen, n_past, start), branch)
+        finally:
+            gen.call.stats.sample_seconds += time.perf_counter() - begin
+
+    def _first_token(self, gen: Generation, row: int) -> None:
+        """The first token comes from the prompt's last row, as in plain decoding: a step that
+        drafts nothing is then plain's single-token decode."""
+        verdict = self._accept(gen, [], row, gen.slot.n - 1, None)
+        self._emit(gen, NO_DRAFT, NO_DRAFT, verdict, row)
+
+    def _judge(self, gen: Generation, draft: Draft, start: int) -> int:
+        """Verify the generation's rows and leave its sequence holding the pending token and the
+        accepted part of the path taken (the draft, or its fork when the target took the branch);
+        returns how many draft tokens were accepted."""
+        slot, branch = gen.slot, draft.branch
+        n_past = slot.n
+        rolled_back = True
+        try:
+            verdict = self._accept(gen, draft.tokens.tolist(), start, n_past, branch)
+            path = draft
+            if verdict.branch_taken:
+                path = draft.fork()
+                fork = n_past + 1 + branch.at  # first position where the branches differ
+                rolled_back = self._roll_back(slot.seq, fork)
+                llama_cpp.llama_memory_seq_cp(self.memory, slot.branch_seq, slot.seq, fork, -1)
+        finally:
+            if branch is not None:
+                rolled_back &= self._roll_back(slot.branch_seq, 0)
+        slot.tokens[n_past : n_past + 1 + len(path)] = [gen.pending, *path.tokens.tolist()]
+        keep = n_past + 1 + verdict.accepted
+        if keep < n_past + 1 + len(path):  # drop the rejected draft tokens
+            rolled_back &= self._roll_back(slot.seq, keep)
+        if not rolled_back:
+            self._evaluate_afresh(slot, keep)
+        slot.n = keep
+        self._emit(gen, draft, path, verdict, start)
+        return verdict.accepted
+
+    def _emit(self, gen: Generation, draft: Draft, path: Draft, verdict, start: int) -> None:
+        """Hand the verdict's tokens to the consumer (their rows begin at batch row `start`)."""
+        stats = gen.call.stats
+        stats.record_step(len(path), verdict.accepted)
+        if draft.branch is not None:
+            stats.branch_steps += 1
+            stats.alternative_taken += verdict.branch_taken
+        if path.source == MEMORY:
+            stats.accepted_from_memory += verdict.accepted
+        elif path.source == CORPUS:
+            stats.accepted_from_corpus += verdict.accepted
+        gen.drafter.observe(path, verdict.accepted)
+        gen.drafter.observe_sampling(verdict.samples, verdict.most_likely)
+        if verdict.tokens:
+            if gen.call.logprobs is not None:  # before the tokens go out: their consumer reads both
+                self._read_logprobs(gen, verdict, start)
+            gen.drafter.extend(np.asarray(verdict.tokens, dtype=np.int32))
+            gen.pending = verdict.tokens[-1]
+            gen.emitted += len(verdict.tokens)
+            gen.out.extend(verdict.tokens)
+        if verdict.stopped:
+            gen.done = True
+
+    def _read_logprobs(self, gen: Generation, verdict, start: int) -> None:
+        """Each emitted token's logprobs from the row that chose it, before the next decode
+        overwrites the rows (host time reading rows, counted as sampling)."""
+        begin = time.perf_counter()
+        for token, row in zip(verdict.tokens, verdict.rows, strict=True):
+            gen.call.logprobs.read(self.llm._logits_row(start + row), token)
+        gen.call.stats.sample_seconds += time.perf_counter() - begin
