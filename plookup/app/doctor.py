@@ -5,6 +5,12 @@ Each runtime setting of :data:`plookup.measure.exactness.SETTINGS_TO_PROBE` is m
 two-branch verify batches, the verify-cost curve and its always-right ceiling, prompt and decode
 speed. The report is kept per model and build, where plookup.Llama finds the settings that make
 its verification exact, and the advice (:func:`plookup.measure.exactness.advise`) is printed.
+
+``--max-draft N`` measures verify batches of up to N + 1 rows (default: drafts' own bound, 64):
+the probes, the curve and its ceiling stop there, which is quicker, and is what a model run with
+that --max-draft verifies. Whether a setting is exact is decided on its first EXACT_MIN_ROWS
+(17) rows for any N from 16 up, so such a run's verdicts are the default's; plookup.Llama
+probes its own drafts' bound again when it loads.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import traceback
 from collections import Counter
 from dataclasses import asdict
 
+from ..draft.drafters import check_max_draft
 from ..measure.costs import DEFAULT_MAX_N, measure_cost_curve, oracle_speedup
 from ..measure.exactness import (
     BACKEND_MARGIN,
@@ -56,7 +63,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         # Its report is kept per model file and applied to every later local load of it.
         raise ValueError("--rpc: the doctor measures a model on this host only, for now")
     path = resolve_model(args.model)
-    report = diagnose(path, args.threads, args.n_ctx, [q for q in args.quants.split(",") if q])
+    if check_max_draft(args.max_draft) < 1:
+        raise ValueError("--max-draft: the doctor measures verify batches, of at least one draft token")
+    quants = [q for q in args.quants.split(",") if q]
+    report = diagnose(path, args.threads, args.n_ctx, quants, max_n=args.max_draft + 1)
     save_report(path, report)
     print(render(report))
     if args.json:
@@ -65,23 +75,24 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def diagnose(path: str, threads: int, n_ctx: int, quants: list[str]) -> dict:
-    """The doctor's report for the model file `path` (every figure measured now)."""
+def diagnose(path: str, threads: int, n_ctx: int, quants: list[str], max_n: int = DEFAULT_MAX_N) -> dict:
+    """The doctor's report for the model file `path` (every figure measured now), verify batches
+    of up to max_n rows (the pending token and the longest draft)."""
     import llama_cpp
 
     report = dict(
         model=path, tensor_types=tensor_types(path), llamafile=llamafile_in_build(),
         llama_cpp_python=llama_cpp.__version__, system_info=llama_cpp.llama_print_system_info().decode().strip(),
-        threads=threads, configs=[],
+        threads=threads, max_n=max_n, configs=[],
     )
     report["quant"] = file_type(report["tensor_types"])
     for i, settings in enumerate(SETTINGS_TO_PROBE, 1):
         note(f"[{i}/{len(SETTINGS_TO_PROBE)}] {settings.label()}")
-        report["configs"].append(in_fresh_process(path, settings, threads, n_ctx))
+        report["configs"].append(in_fresh_process(path, settings, threads, n_ctx, max_n))
     report["quants"] = {}
     for quant in quants:
         note(f"requantized to {quant}")
-        measured = in_fresh_process(str(quantized_path(path, quant)), Settings(), threads, n_ctx)
+        measured = in_fresh_process(str(quantized_path(path, quant)), Settings(), threads, n_ctx, max_n)
         report["quants"][quant] = measured["ceiling"]
     # The same model measured in the other build (`make EXACT=1` or not), when the doctor ran there.
     report["advice"] = advise(report, load_report(path, llamafile=not report["llamafile"]))
@@ -101,22 +112,24 @@ def file_type(types: dict[str, int]) -> str:
     return max(quantized, key=quantized.get) if quantized else next(iter(types), "?")
 
 
-def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int) -> dict:
-    """Everything the doctor reports for one setting (run it in a fresh process)."""
+def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int, max_n: int = DEFAULT_MAX_N) -> dict:
+    """Everything the doctor reports for one setting (run it in a fresh process), verify batches
+    of up to max_n rows: the probes, the cost curve, and the drafts of the host measurement."""
     os.environ[TILED_ENV] = "1" if settings.tiled else "0"
     from ..api.llama import Llama  # the probe needs plookup's two-sequence context
 
     llm = Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=settings.flash_attn,
-                use_extra_bufts=settings.repack, cost_curve=None, exactness=None, backend_sampling=False)
-    invariance = probe_invariance(llm)
-    slots = probe_slots(llm)
-    cost = measure_cost_curve(llm)
+                use_extra_bufts=settings.repack, cost_curve=None, exactness=None, backend_sampling=False,
+                max_draft=max_n - 1)
+    invariance = probe_invariance(llm, max_n)
+    slots = probe_slots(llm, max_n)
+    cost = measure_cost_curve(llm, max_n)
     best_n, ceiling = oracle_speedup(cost)
     prompt_tps, decode_tps = measure_speeds(llm)
     backend = measure_backend_sampling(llm)
     return dict(host=backend["host"], backend_sampling=backend,
         # Exact as plookup.Llama claims it: drafts kept within the batch sizes found exact.
-        settings=asdict(settings), invariant=invariance.exact_within(DEFAULT_MAX_N) is not None,
+        settings=asdict(settings), invariant=invariance.exact_within(max_n) is not None,
         exact_rows=invariance.exact_rows, summary=invariance.summary(),
         single_rows=invariance.rows(two_branch=False), branch_rows=invariance.rows(two_branch=True),
         max_delta=max(c.max_delta for c in invariance.checks), checks=[asdict(c) for c in invariance.checks],
@@ -189,10 +202,10 @@ def _worker(conn, *args) -> None:
         conn.send(("error", traceback.format_exc()))
 
 
-def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int) -> dict:
+def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int, max_n: int = DEFAULT_MAX_N) -> dict:
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
-    process = context.Process(target=_worker, args=(child, path, settings, threads, n_ctx), daemon=True)
+    process = context.Process(target=_worker, args=(child, path, settings, threads, n_ctx, max_n), daemon=True)
     process.start()
     try:
         status, value = parent.recv()

@@ -8,8 +8,9 @@ import pytest
 
 import plookup
 from plookup.app import doctor
-from plookup.measure.costs import DEFAULT_MAX_N
+from plookup.measure.costs import curve_sizes
 from plookup.measure.exactness import (
+    EXACT_MIN_ROWS,
     Settings,
     exact_setting,
     recommended_backend_sampling,
@@ -50,6 +51,12 @@ def test_tensor_types_and_file_type(model_path):
     assert doctor.file_type(types) == "Q4_1"
 
 
+# The command's verify batches: up to 17 rows, the rows its exactness verdict is decided on
+# (EXACT_MIN_ROWS), as with the default 65; the probe of all 65 rows is test_exact.py's
+# test_the_probe_tells_the_builds_apart, and each model load's (cached_invariance).
+MAX_DRAFT = EXACT_MIN_ROWS - 1
+
+
 @pytest.mark.exact_build
 @pytest.mark.slow
 @pytest.mark.budget(300)
@@ -59,10 +66,13 @@ def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     out = tmp_path / "doctor.json"
-    assert cli.main(["doctor", "--threads", "2", "--n-ctx", "1024", "--json", str(out)]) == 0
+    args = ["doctor", "--threads", "2", "--n-ctx", "1024", "--max-draft", str(MAX_DRAFT), "--json", str(out)]
+    assert cli.main(args) == 0
     saved = json.loads(out.read_text())
     assert [Settings(**c["settings"]) for c in saved["configs"]][0] == Settings()
-    assert len(saved["configs"]) == 5 and all(len(c["cost"]) == DEFAULT_MAX_N for c in saved["configs"])
+    assert saved["max_n"] == MAX_DRAFT + 1
+    assert len(saved["configs"]) == 5 and all(len(c["cost"]) == MAX_DRAFT + 1 for c in saved["configs"])
+    assert all(c["single_rows"][1] == sum(curve_sizes(MAX_DRAFT + 1)[1:]) for c in saved["configs"])
     assert saved["advice"] and "advice:" in capsys.readouterr().out
     assert all(set(c["backend_sampling"]) == {"host", "backend", "pays"} for c in saved["configs"])
     assert any(line.startswith("greedy rows ") for line in saved["advice"])

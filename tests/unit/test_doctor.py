@@ -4,6 +4,9 @@ tests/model/test_doctor_on_models.py."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 from plookup.app import doctor
 from plookup.measure.exactness import advise, exact_setting
 
@@ -102,3 +105,27 @@ def test_backend_sampling_is_judged_on_each_way_s_fastest_round(monkeypatch):
     for backend, pays in ((0.97, False), (0.94, True)):  # the backend 3% and 6% faster
         walls = iter([(10.0, 5.0), (10.0 * backend, 5.0 * backend)])
         assert doctor.measure_backend_sampling(model, rounds=1)["pays"] is pays
+
+
+def test_the_command_measures_batches_up_to_its_max_draft(tmp_path, monkeypatch, capsys):
+    """--max-draft N: every setting (and requantization) measured up to N + 1 rows; the default is
+    drafts' own bound, and a doctor without draft tokens to verify is refused."""
+    from plookup.app import cli
+    from plookup.measure.costs import DEFAULT_MAX_N
+
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    asked = []
+
+    def measured(path, settings, threads, n_ctx, max_n):
+        asked.append(max_n)
+        return dict(config(True, 2.0, **asdict(settings)), cost=[1.0] * max_n)
+
+    monkeypatch.setattr(doctor, "in_fresh_process", measured)
+    monkeypatch.setattr(doctor, "tensor_types", lambda path: {"Q4_1": 1})
+    monkeypatch.setattr(doctor, "quantized_path", lambda path, quant: path)
+    assert cli.main(["doctor", "--max-draft", "8", "--quants", "q8_0", "--json", str(tmp_path / "r.json")]) == 0
+    assert asked == [9] * 6 and json.loads((tmp_path / "r.json").read_text())["max_n"] == 9
+    asked.clear()
+    assert cli.main(["doctor"]) == 0 and asked == [DEFAULT_MAX_N] * 5
+    assert cli.main(["doctor", "--max-draft", "0"]) == 1 and not asked[5:]
+    assert "--max-draft" in capsys.readouterr().err
