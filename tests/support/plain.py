@@ -10,6 +10,7 @@ plookup.app.bench.plain).
 
 from __future__ import annotations
 
+import weakref
 from typing import Sequence
 
 import llama_cpp
@@ -47,6 +48,33 @@ def greedy_with_gaps(
             break
         llm.eval([token])
     llm._requires_eval = True
+    return tokens, gaps
+
+
+# Plain decodings kept per model object and prompt (plain_reference): several tests compare
+# against the same model's greedy text for the same prompts.
+_decoded: "weakref.WeakKeyDictionary[llama_cpp.Llama, dict]" = weakref.WeakKeyDictionary()
+
+
+def plain_reference(
+    llm: llama_cpp.Llama, prompt: Sequence[int], max_tokens: int, near_tie: float | None = None, at_least: int = 0
+) -> tuple[list[int], list[float]]:
+    """:func:`greedy_with_gaps`, read off an earlier decoding of the same prompt by the same model
+    object where one decoded as far: decoding is deterministic, so a shorter or near-tie-bounded
+    decoding is a prefix of a longer one. Only decodings without a near-tie bound are kept (a
+    bounded one is decoded, not kept). Leaves `llm`'s cache as it was when nothing is decoded."""
+    kept = _decoded.setdefault(llm, {})
+    key = tuple(prompt)
+    if key in kept:
+        tokens, gaps, asked = kept[key]
+        if len(tokens) < asked or len(tokens) >= max_tokens:  # it ended before its limit, or reaches this one
+            for i in range(min(len(tokens), max_tokens)):
+                if near_tie is not None and i + 1 >= at_least and min(gaps[: i + 1]) < near_tie:
+                    return tokens[: i + 1], gaps[: i + 1]
+            return tokens[:max_tokens], gaps[:max_tokens]
+    tokens, gaps = greedy_with_gaps(llm, prompt, max_tokens, near_tie, at_least)
+    if near_tie is None:
+        kept[key] = (tokens, gaps, max_tokens)
     return tokens, gaps
 
 
