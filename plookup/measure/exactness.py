@@ -27,8 +27,6 @@ into plain words.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -40,10 +38,10 @@ import llama_cpp.llama_cpp as llama_cpp_lib
 import numpy as np
 
 from ..draft.values import Branch
-from ..files import cache_dir, write_text_atomically
 from ..verify.greedy import logits_row
 from ..verify.rows import decode_chunks, fill, sequence_rows, verify_rows
-from .costs import DEFAULT_MAX_N, context_limit, curve_key, curve_sizes, measured_once
+from .cache import cache_path, digest, keep, measured_once, read_cached
+from .costs import DEFAULT_MAX_N, context_limit, curve_key, curve_sizes
 
 TILED_ENV = "GGML_CPU_TILED_MM"
 # Two-branch batches are probed up to this size: plookup verifies a second branch only where
@@ -348,7 +346,7 @@ def _unified(llm) -> bool:
 
 def _probe_path(llm, max_n: int, kind: str):
     tiled = "tiled" if tiled_from_environment() else "untiled"
-    return cache_dir() / "invariance" / f"{curve_key(llm, max_n)}-{tiled}{kind}.json"
+    return cache_path("invariance", f"{curve_key(llm, max_n)}-{tiled}{kind}")
 
 
 def cached_slot_invariance(llm, max_n: int = DEFAULT_MAX_N) -> list[SlotCheck]:
@@ -384,18 +382,19 @@ def report_path(model_path: str, llamafile: Optional[bool] = None):
     features = llama_cpp.llama_print_system_info().decode().replace(LLAMAFILE_FLAG, "")
     llamafile = llamafile_in_build() if llamafile is None else llamafile
     key = [os.path.abspath(model_path), stat.st_size, stat.st_mtime_ns, llama_cpp.__version__, features, llamafile]
-    return cache_dir() / "doctor" / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]}.json"
+    return cache_path("doctor", digest(key))
 
 
 def load_report(model_path: str, llamafile: Optional[bool] = None) -> Optional[dict]:
     try:
-        return json.loads(report_path(model_path, llamafile).read_text())
-    except (OSError, ValueError):
+        path = report_path(model_path, llamafile)
+    except OSError:  # the model file is gone: no report of it
         return None
+    return read_cached(path)
 
 
 def save_report(model_path: str, report: dict) -> None:
-    write_text_atomically(report_path(model_path), json.dumps(report, indent=1))
+    keep(report_path(model_path), report, indent=1)
 
 
 def recommended_settings(model_path: str) -> Optional[Settings]:
