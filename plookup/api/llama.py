@@ -25,7 +25,7 @@ import llama_cpp
 import numpy as np
 
 from ..draft.drafters import IndexDrafter, make_drafter
-from ..measure.exactness import recommended_backend_sampling
+from ..measure.settings import recommended_backend_sampling
 from ..verify.grammar import check_grammar
 from ..verify.greedy import logits_row
 from ..verify.logprobs import Logprobs

@@ -9,7 +9,7 @@ import pytest
 import plookup
 from plookup.app import doctor
 from plookup.measure.costs import DEFAULT_MAX_N
-from plookup.measure.exactness import (
+from plookup.measure.settings import (
     Settings,
     exact_setting,
     recommended_backend_sampling,
