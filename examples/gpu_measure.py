@@ -18,7 +18,8 @@ import plookup
 from plookup.app.bench.plain import chat_prompt_tokens, first_divergence
 from plookup.app.bench.workloads import standard_workloads
 from plookup.measure.costs import measure_cost_curve, oracle_speedup
-from plookup.measure.exactness import measure_speeds, probe_invariance
+from plookup.measure.exactness import probe_invariance
+from plookup.measure.speeds import measure_speeds
 
 path = sys.argv[1]
 n_copy, n_free, max_tokens = (int(a) for a in (sys.argv[2:5] if len(sys.argv) > 4 else (8, 4, 200)))

@@ -10,6 +10,7 @@ attributes of the model.
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
@@ -136,6 +137,16 @@ class Stream:
         if self._text is None:
             return None
         return self._llm.prediction_details(self._call.prediction, "".join(self._text))
+
+
+def each(create, arguments: list[dict], parallel: int) -> list:
+    """``create(**a)`` for every `a` of `arguments`, from `parallel` threads: one result each, in
+    order; the first error is raised once the others are done."""
+    if any(a.get("stream") for a in arguments):
+        raise ValueError("create_completions returns whole results: stream=True is not taken")
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="plookup-slot") as pool:
+        futures = [pool.submit(create, **a) for a in arguments]
+    return [future.result() for future in futures]
 
 
 def handed_over(call: Call, tokens: Iterator[int]) -> Iterator[int]:

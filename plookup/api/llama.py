@@ -11,23 +11,21 @@ except the newest, which is "pending" and decoded at the head of the next step. 
 threads in the same steps (:meth:`Llama.create_completions` runs a list of prompts that way).
 
 This module is the adapter; each call's state is :mod:`.call`'s, the load's steps are
-:mod:`.load`'s, :mod:`.context`'s and :mod:`.measured`'s, and how tokens are chosen :mod:`.sampling`'s.
+:mod:`.load`'s, :mod:`.context`'s and :mod:`.measured`'s, how tokens are chosen :mod:`.sampling`'s,
+and what llama_cpp's own code reads while a call runs :mod:`.views`'.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Generator, Iterator, Optional, Sequence
 
 import llama_cpp
-import numpy as np
 
 from ..draft.drafters import IndexDrafter, make_drafter
-from ..measure.exactness import recommended_backend_sampling
+from ..measure.settings import recommended_backend_sampling
 from ..verify.grammar import check_grammar
-from ..verify.greedy import logits_row
 from ..verify.logprobs import Logprobs
 from .call import (
     Call,
@@ -35,6 +33,7 @@ from .call import (
     check_prompt,
     current_call,
     deliver,
+    each,
     handed_over,
     joined_or_new,
     new_call,
@@ -48,56 +47,44 @@ from .measured import calibrate
 from .prediction import prediction_usage
 from .sampling import engine_sampler, plain_tokens
 from .stats import SpecStats
+from .views import Views
 
 __all__ = ["Call", "Llama", "Stream"]
 
 COMPLETION = inspect.signature(llama_cpp.Llama.create_completion)
 
 
-class Llama(llama_cpp.Llama):
+class Llama(Views):
     """A drop-in ``llama_cpp.Llama`` that drafts from its own context and verifies in one batch.
 
-    ``drafter``: what :func:`plookup.make_drafter` builds (default: a suffix drafter).
-    ``max_draft``: the most draft tokens verified per step (0 turns drafting off); sets the
-    drafter's own when given (default: the drafter's, 64; the policy sizes each draft from the
-    cost curve within it, and where verification is exact it stays within the batch sizes the
-    probe found exact).
-    ``cost_curve``: "auto" measures this model's verify-cost curve on this machine once (cached on
-    disk, see :mod:`plookup.measure.costs`); an array gives it; None keeps the drafter's own.
-    ``exactness``: "auto" loads the model with the settings under which ``plookup doctor`` found
-    its verify batches bitwise equal to single-token decoding (when it has run for this model and
-    build), and probes the settings in force once (cached): ``.exact`` says the verdict, and
-    ``usage["speculative"]["exact"]`` repeats it. None skips both (``.exact`` is None).
-    ``use_extra_bufts``: llama.cpp's weight repacking (llama_model_params; default on, unless the
-    doctor's settings say off).
-    ``parallel``: how many generations decode at once, each on a slot of its own, from as many
-    threads (default 1). Every slot has the whole ``n_ctx`` window: the context holds
-    ``parallel * n_ctx`` cells, a KV stream of n_ctx per slot (:attr:`kv_layout`; each row then
-    attends over its own slot's cells only, and drafts carry no second branch). A call that shared
-    a step with another slot is claimed exact only where the probe found a slot's rows beside
-    another's bitwise its lone decode (``usage["speculative"]["exact"]``).
-    ``decode_thread``: decode on a thread of the model's own, for callers on several threads (a
-    server's pool); default: with several slots. Only where llama.cpp's CPU backend keeps a worker
-    team per calling thread (OpenMP builds), see :mod:`plookup.engine.decode_thread`.
-    ``backend_sampling``: sample greedy rows inside llama.cpp's graph and read token ids, not
-    logits (:mod:`plookup.verify.backend`), for greedy calls without a repeat penalty, grammar or
-    stopping criteria (``usage["speculative"]["sampler"]`` says "backend"); default: what
-    ``plookup doctor`` found faster for this model on this machine, else off.
-    ``rpc_servers``: ``["host:port", ...]`` or ``"host:port,..."``, hosts running ``plookup
-    rpc-server`` (llama.cpp's RPC server): the model's layers go to them (all, unless
-    ``n_gpu_layers`` says how many; ``tensor_split`` shares them out), as llama.cpp's ``--rpc``
-    does (llama_cpp.Llama takes the argument and ignores it). A server that cannot be used at load
-    is an :class:`~plookup.api.rpc.RpcError` naming it, within seconds; one lost later ends the
-    process (see :mod:`plookup.api.rpc`).
-    ``corpus``: also draft from a static corpus of the user's files (a path that ``plookup corpus
-    build`` wrote, or a :class:`~plookup.index.corpus.CorpusIndex`), refused with a ValueError naming the
-    file when it was built for another vocabulary or is corrupt; suffix drafter only.
-    Everything else is ``llama_cpp.Llama``'s constructor; ``draft_model=`` is refused because it
-    forces ``logits_all=True``, which this decoder does not need. A model whose memory cannot drop
-    a suffix (recurrent, hybrid) decodes plainly, with a warning.
+    plookup's arguments (the README's "Usage" tells each in full):
 
-    The completions take an OpenAI-style ``prediction`` (see :mod:`plookup.api.prediction`) and report
-    ``usage["speculative"]``; a streamed completion is a :class:`Stream`.
+    - ``drafter``: what :func:`plookup.make_drafter` builds (default: a suffix drafter);
+      ``max_draft``: the most draft tokens a step verifies, 0 for none (default: the drafter's).
+    - ``cost_curve``: "auto" measures this model's verify-cost curve here once (cached, see
+      :mod:`plookup.measure.costs`); an array gives it; None keeps the drafter's own.
+    - ``exactness``: "auto" loads the model with the settings ``plookup doctor`` found exact for it
+      and probes the settings in force once (cached): ``.exact`` and
+      ``usage["speculative"]["exact"]`` say the verdict. None skips both (``.exact`` is None).
+    - ``use_extra_bufts``: llama.cpp's weight repacking (default on, unless the doctor's settings
+      say off).
+    - ``parallel``: how many generations decode at once, each on a slot with the whole ``n_ctx``
+      window, from as many threads (default 1; :attr:`kv_layout`).
+    - ``decode_thread``: decode on a thread of the model's own (default: with several slots, where
+      llama.cpp keeps a worker team per calling thread; :mod:`plookup.engine.decode_thread`).
+    - ``backend_sampling``: read greedy rows' tokens on llama.cpp's graph, not their logits
+      (:mod:`plookup.verify.backend`); default: what ``plookup doctor`` found faster here, else off.
+    - ``rpc_servers``: ``["host:port", ...]`` or ``"host:port,..."`` running ``plookup
+      rpc-server``, which get the model's layers as llama.cpp's ``--rpc`` gives them
+      (:mod:`plookup.api.rpc`; a server it cannot use is an :class:`~plookup.api.rpc.RpcError`).
+    - ``corpus``: also draft from a static corpus (a path ``plookup corpus build`` wrote, or a
+      :class:`~plookup.index.corpus.CorpusIndex`); suffix drafter only.
+
+    Everything else is ``llama_cpp.Llama``'s; ``draft_model=`` is refused (it forces
+    ``logits_all=True``). A model whose memory cannot drop a suffix (recurrent, hybrid) decodes
+    plainly, with a warning. The completions take an OpenAI-style ``prediction``
+    (:mod:`plookup.api.prediction`) and report ``usage["speculative"]``; a streamed completion is
+    a :class:`Stream`.
     """
 
     def __init__(
@@ -146,38 +133,6 @@ class Llama(llama_cpp.Llama):
     @property
     def max_draft(self) -> int:
         return self.drafter.max_draft
-
-    @property
-    def _seed(self) -> int:
-        call = current_call.get()
-        return call.seed if call is not None and call.seed is not None else self._model_seed
-
-    @_seed.setter
-    def _seed(self, seed: int) -> None:
-        # llama_cpp's completion sets the seed, then builds the call's sampler from it: the
-        # running call keeps its own, so that calls on other threads cannot change it meanwhile.
-        self._model_seed = seed
-        call = current_call.get()
-        if call is not None:
-            call.seed = seed
-
-    @property
-    def _input_ids(self) -> np.ndarray:
-        """llama_cpp's completion code checks its stopping criteria on ``_input_ids`` once a
-        generation ends: the running call's slot's tokens, not slot 0's."""
-        call = current_call.get()
-        gen = call.generation if call is not None else None
-        if gen is not None and gen.history is not None:  # it ended: its slot may be another's now
-            return gen.history
-        if gen is not None and gen.slot is not None and gen.slot.index != 0:
-            return gen.slot.tokens[: gen.slot.n]
-        return self.input_ids[: self.n_tokens]
-
-    @property
-    def _scores(self) -> np.ndarray:
-        # ... and on _scores[-1]: plookup keeps no scores (it samples from the context's rows),
-        # so that row is whatever llama_cpp left there; never an empty view to index.
-        return self.scores[: max(1, self.n_tokens), :]
 
     @property
     def kv_layout(self) -> str:
@@ -269,33 +224,18 @@ class Llama(llama_cpp.Llama):
         call.generation = self._engine.admit(tokens, call, sampler, randomly, stopping_criteria)
         yield from handed_over(call, self._engine.tokens(call.generation))
 
-    def _init_sampler(self, **sampling):
-        # llama_cpp builds the chain of every generation that samples on the host, its own plain
-        # loop's included: the running call's llama-server chain where it has one.
-        call = current_call.get()
-        if call is not None and call.chain is not None:
-            return call.chain.build(self, self._seed, **sampling)
-        return super()._init_sampler(**sampling)
-
     # -- many prompts at once
 
     def create_completions(self, prompts: Sequence, **kwargs) -> list:
         """``create_completion(prompt, **kwargs)`` for every prompt, ``parallel`` at a time in
         the same steps; one result per prompt, in order. The first error is raised once the
         others are done."""
-        return self._each(self.create_completion, [dict(kwargs, prompt=p) for p in prompts])
+        return each(self.create_completion, [dict(kwargs, prompt=p) for p in prompts], self.parallel)
 
     def create_chat_completions(self, conversations: Sequence, **kwargs) -> list:
         """``create_chat_completion(messages=m, **kwargs)`` for every list of messages, as
         :meth:`create_completions` does."""
-        return self._each(self.create_chat_completion, [dict(kwargs, messages=m) for m in conversations])
-
-    def _each(self, create, arguments: list[dict]) -> list:
-        if any(a.get("stream") for a in arguments):
-            raise ValueError("create_completions returns whole results: stream=True is not taken")
-        with ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="plookup-slot") as pool:
-            futures = [pool.submit(create, **a) for a in arguments]
-        return [future.result() for future in futures]
+        return each(self.create_chat_completion, [dict(kwargs, messages=m) for m in conversations], self.parallel)
 
     def prefill(self, tokens: Sequence[int], **sampling) -> None:
         """Cache `tokens` in a slot through the engine, as a generation with `sampling` (the
@@ -308,18 +248,3 @@ class Llama(llama_cpp.Llama):
             next(primer, None)
         finally:
             primer.close()
-
-    def eval(self, tokens: Sequence[int]) -> None:
-        self._check_weights()
-        # llama_cpp's eval reads sequence 0's logits, which a backend chain there would keep on
-        # the backend.
-        self._engine.chains.detach()
-        super().eval(tokens)
-
-    def _check_weights(self) -> None:
-        if self._engine is None:
-            raise ValueError(f"{self.model_path} was loaded with vocab_only=True: it tokenizes and detokenizes, "
-                             f"generating needs the weights (load it without vocab_only)")  # fmt: skip
-
-    def _logits_row(self, i: int) -> np.ndarray:
-        return logits_row(self._ctx, i, self._n_vocab)

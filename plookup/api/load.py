@@ -11,7 +11,7 @@ from typing import Optional
 import llama_cpp
 
 from ..draft.drafters import check_max_draft
-from ..measure.exactness import TILED_ENV, model_params, recommended_settings
+from ..measure.settings import TILED_ENV, model_params, recommended_settings
 from . import rpc
 
 GGUF_MAGIC = b"GGUF"

@@ -35,7 +35,7 @@ import llama_cpp
 import llama_cpp.llama_cpp as llama_cpp_lib
 from llama_cpp._ctypes_extensions import load_shared_library
 
-from ..measure.exactness import model_params
+from ..measure.settings import model_params
 
 REPACK_DEFAULT = True  # llama_model_default_params()' use_extra_bufts, which model_params sets too
 

@@ -1,10 +1,10 @@
 """`plookup doctor`: for this model, build and machine, what speculation can gain and whether it is exact.
 
-Each runtime setting of :data:`plookup.measure.exactness.SETTINGS_TO_PROBE` is measured in a fresh process
+Each runtime setting of :data:`plookup.measure.settings.SETTINGS_TO_PROBE` is measured in a fresh process
 (ggml reads its tiled-kernel switch once per process): batch invariance of single-draft and
 two-branch verify batches, the verify-cost curve and its always-right ceiling, prompt and decode
 speed. The report is kept per model and build, where plookup.Llama finds the settings that make
-its verification exact, and the advice (:func:`plookup.measure.exactness.advise`) is printed.
+its verification exact, and the advice drawn from it (:func:`advise`) is printed.
 
 ``--max-draft N`` measures verify batches of up to N + 1 rows (default: drafts' own bound, 64):
 the probes, the curve and its ceiling stop there, which is quicker, and is what a model run with
@@ -22,23 +22,21 @@ import os
 import traceback
 from collections import Counter
 from dataclasses import asdict
+from typing import Optional
 
 from ..draft.drafters import check_max_draft
 from ..measure.costs import DEFAULT_MAX_N, measure_cost_curve, oracle_speedup
-from ..measure.exactness import (
-    BACKEND_MARGIN,
+from ..measure.exactness import probe_invariance, probe_slots
+from ..measure.settings import (
     SETTINGS_TO_PROBE,
     TILED_ENV,
     Settings,
-    advise,
-    backend_walls,
+    exact_setting,
     llamafile_in_build,
     load_report,
-    measure_speeds,
-    probe_invariance,
-    probe_slots,
     save_report,
 )
+from ..measure.speeds import BACKEND_MARGIN, backend_walls, measure_backend_sampling, measure_speeds
 from .models import quantized_path, resolve_model
 from .options import add_model_options
 from .tables import grid, notes
@@ -139,62 +137,6 @@ def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int, ma
     )
 
 
-def measure_host(llm, tokens: int = 48) -> dict:
-    """Host µs outside llama_decode per generated token and per decode, ms inside a decode, and
-    wall ms per token: drafting nothing (random tokens), and drafting (a prompt that repeats)."""
-    import time
-
-    import numpy as np
-
-    from ..draft.values import PLAIN
-    from ..measure.clock import DecodeClock
-
-    clock = DecodeClock(llm)
-    random = np.random.default_rng(2).integers(100, llm.n_vocab(), 64).tolist()
-    cases = {"no draft": (random, PLAIN), "drafting": (list(range(300, 340)) * 3, None)}
-    out = {}
-    try:
-        for name, (prompt, speculative) in cases.items():
-            llm.prefill(prompt, temp=0.0, repeat_penalty=1.0)  # not eval: see Llama.prefill
-            clock.reset()
-            start = time.perf_counter()
-            with llm.request(speculative=speculative):
-                for n, _ in enumerate(llm.generate(prompt, temp=0.0, repeat_penalty=1.0), 1):
-                    if n >= tokens:
-                        break
-            wall = time.perf_counter() - start
-            host = wall - clock.decode_seconds
-            out[name] = dict(us_per_token=1e6 * host / tokens, us_per_decode=1e6 * host / clock.decodes,
-                             decode_ms=1e3 * clock.decode_seconds / clock.decodes, ms_per_token=1e3 * wall / tokens)
-    finally:
-        llm.reset()
-    return out
-
-
-def measure_backend_sampling(llm, rounds: int = 3) -> dict:
-    """:func:`measure_host` with greedy rows sampled on the host and on the backend
-    (:mod:`plookup.verify.backend`), rounds interleaved, the fastest round of each (interference
-    from the rest of the machine only ever adds time: one slow round in two made a median of 2
-    say the backend was 22% faster). `pays`: the backend's wall time per token, both cases
-    together, at least BACKEND_MARGIN below the host's."""
-    own = llm.backend_sampling
-    runs: dict[str, list] = {"host": [], "backend": []}
-    try:
-        for _ in range(rounds):
-            for name, rows in runs.items():
-                llm.backend_sampling = name == "backend"
-                rows.append(measure_host(llm))
-    finally:
-        llm.backend_sampling = own
-    out: dict = {
-        name: {case: min((r[case] for r in rows), key=lambda m: m["ms_per_token"]) for case in rows[0]}
-        for name, rows in runs.items()
-    }
-    host, backend = backend_walls(out)
-    out["pays"] = bool(backend < (1 - BACKEND_MARGIN) * host)
-    return out
-
-
 def _worker(conn, *args) -> None:
     try:
         conn.send(("ok", measure_settings(*args)))
@@ -216,6 +158,87 @@ def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int, ma
     if status == "error":
         raise RuntimeError(f"{settings.label()}: {value}")
     return value
+
+
+# -- the advice: a function of the measured figures alone
+
+
+def advise(report: dict, other_build: Optional[dict] = None) -> list[str]:
+    """Plain words from a doctor report: what speculation can gain here, whether the output is
+    exact and how to make it so, and which quantization verifies cheaper.
+
+    `report`: {"llamafile": bool, "configs": [measure_settings() ...] (llama_cpp's defaults first),
+    "quants"?: {name: ceiling}, "quant"?: this file's type}. `other_build`: the same model's report
+    from the other build (with or without llamafile), when one was measured.
+    """
+    default = report["configs"][0]
+    lines = []
+    if default["ceiling"] < 1.05:
+        lines.append(f"speculation cannot pay here: verifying n tokens costs about n single decodes "
+                     f"(best {default['ceiling']:.2f}x)")
+    else:
+        lines.append(f"speculation pays here up to {default['ceiling']:.2f}x plain decoding (an always-right "
+                     f"drafter verifying {default['best_n']} tokens a step); copy-heavy work gets a share of it")
+    exact = exact_setting(report["configs"])
+    if default["invariant"]:
+        lines.append("output is exact with llama_cpp's default settings: greedy text is bit-identical to "
+                     "plain decoding, and sampling keeps the model's distribution exactly")
+    elif exact is not None:
+        settings = Settings(**exact["settings"])
+        lines.append(f"output is exact with {settings.label()}: {_price(default, exact)}; plookup.Llama "
+                     f"applies these settings for this model once this report is cached")
+    else:
+        lines.append(f"output is not exact with this build ({default['summary']}): greedy text may differ "
+                     f"from plain decoding where its two best tokens are near-tied")
+        if report["llamafile"]:
+            lines.append(_exact_build_line(other_build, default))
+    if (backend := _backend_line(exact if exact is not None else default)) is not None:
+        lines.append(backend)
+    quants = report.get("quants") or {}
+    if quants:
+        best = max(quants, key=quants.get)
+        if quants[best] > default["ceiling"] * 1.05:
+            current = report.get("quant", "this file")
+            lines.append(f"{best.upper()} verifies cheaper than {current} here: ceiling {quants[best]:.2f}x "
+                         f"vs {default['ceiling']:.2f}x (requantized from this file: "
+                         f"`-m MODEL:{best}`)")
+    return lines
+
+
+def _backend_line(config: dict) -> Optional[str]:
+    """Where plookup.Llama samples greedy rows with the settings it loads (see
+    :func:`plookup.measure.settings.recommended_backend_sampling`), and why; None where a report
+    did not measure it."""
+    measured = config.get("backend_sampling")
+    if not measured:
+        return None
+    host, backend = backend_walls(measured)
+    change = f"{host:.2f} -> {backend:.2f} ms per token, no draft and drafting together"
+    if measured["pays"]:
+        return f"greedy rows are sampled on the backend here ({change}); plookup.Llama does so for this model"
+    return (f"greedy rows stay on the host: sampling them on the backend does not pay here ({change}, "
+            f"at least {BACKEND_MARGIN:.0%} less needed)")
+
+
+def _price(base: dict, other: dict) -> str:
+    return (f"ceiling {base['ceiling']:.2f}x -> {other['ceiling']:.2f}x, prompt "
+            f"{base['prompt_tps']:.0f} -> {other['prompt_tps']:.0f} tok/s, decode "
+            f"{base['decode_tps']:.0f} -> {other['decode_tps']:.0f} tok/s")
+
+
+def _exact_build_line(other_build: Optional[dict], default: dict) -> str:
+    if other_build is None:
+        return ("`make EXACT=1` builds llama.cpp without llamafile, whose batched kernels round "
+                "differently; run `plookup doctor` in that build to see whether it makes this model exact")
+    exact = exact_setting(other_build["configs"])
+    if exact is None:
+        return "`make EXACT=1` (without llamafile) does not make this model exact either (measured)"
+    settings = Settings(**exact["settings"])
+    return (f"`make EXACT=1` makes it exact for this model with {settings.label()}, at the price of "
+            f"{_price(default, exact)} (measured)")
+
+
+# -- the report as text
 
 
 def render(report: dict) -> str:

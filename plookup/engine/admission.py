@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import numpy as np
-
 from ..verify.backend import BackendGreedy
 from .slot import Generation, Slot
 from .turns import Turns

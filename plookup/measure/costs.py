@@ -8,16 +8,14 @@ the model's own next token. So an oracle drafter that always proposes n - 1 righ
 
 Measuring takes a few seconds (every size up to 17 tokens and a few larger ones, several repeats);
 the curve depends on the model, the thread counts and the batch settings, not on the prompt, so
-:func:`cached_cost_curve` keeps it in ``cache_dir()/cost-curves`` under a key made of those.
+:func:`cached_cost_curve` keeps it in ``cache_dir()/cost-curves`` under a key made of those
+(:mod:`plookup.measure.cache`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
-import warnings
 from typing import Optional
 
 import llama_cpp
@@ -25,8 +23,8 @@ import numpy as np
 
 from ..draft.drafters import DEFAULT_MAX_DRAFT
 from ..draft.policy import validate_cost_curve
-from ..files import cache_dir, write_text_atomically
 from ..verify.rows import fill, sequence_rows
+from .cache import cache_path, digest, measured_once
 
 # A single stream's largest verify step: the pending token and the longest draft.
 DEFAULT_MAX_N = DEFAULT_MAX_DRAFT + 1
@@ -56,30 +54,6 @@ def context_limit(llm: llama_cpp.Llama) -> int:
     """The tokens `llm`'s context holds: llama.cpp may round n_ctx up, while llama_cpp sizes
     input_ids by the n_ctx asked for."""
     return min(llm.n_ctx(), len(llm.input_ids))
-
-
-def read_cached(path, parse, what: str):
-    """``parse`` of the JSON kept at `path`; None when there is none yet, or when it cannot be read,
-    which is reported (it is then measured again and replaced)."""
-    try:
-        return parse(json.loads(path.read_text()))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        warnings.warn(f"plookup: ignoring the unreadable {what} {path} ({e}); measuring it again")
-        return None
-
-
-def measured_once(path, what: str, parse, measure, serialize):
-    """``parse`` of the JSON kept at `path`, else ``measure()`` now, kept there as ``serialize``
-    of it: each measurement that depends only on the model, its settings and the build is made
-    once per machine."""
-    cached = read_cached(path, parse, what)
-    if cached is not None:
-        return cached
-    value = measure()
-    write_text_atomically(path, json.dumps(serialize(value)))
-    return value
 
 
 def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
@@ -165,7 +139,7 @@ def curve_key(llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N) -> str:
     rpc = getattr(llm, "rpc_devices", None)
     if rpc is not None:  # layers on RPC servers: each pass crosses the network (plookup.api.rpc)
         settings.append(["rpc", rpc.endpoints])
-    return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+    return digest(settings)
 
 
 def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.ndarray:
@@ -173,7 +147,7 @@ def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.n
     extrapolated beyond), from the cache or measured now (which resets `llm`'s context)."""
     max_n = min(max_n or DEFAULT_MAX_N, MAX_MEASURED_ROWS)
     return measured_once(
-        cache_dir() / "cost-curves" / f"{curve_key(llm, max_n)}.json", "cost curve",
+        cache_path("cost-curves", curve_key(llm, max_n)), "cost curve",
         parse=lambda data: validate_cost_curve(data["cost"]),
         measure=lambda: measure_cost_curve(llm, max_n),
         serialize=lambda cost: {"model": llm.model_path, "cost": cost.tolist()},

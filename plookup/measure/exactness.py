@@ -3,49 +3,34 @@
 A verify batch is exact when the logits of each of its rows are bitwise equal to what single-token
 decoding computes at that position. Then greedy speculative decoding gives plain decoding's text
 token for token, and sampling draws from the very same distributions. llama.cpp promises no such
-thing: for a batch, some kernels take other code paths that round differently. Found in this
-llama.cpp (x86, AVX2):
-
-- llamafile's tinyBLAS, for batches of Q8_0, Q4_0, Q5_0 and F16 weights (the build flag
-  ``-DGGML_LLAMAFILE=OFF`` turns it off: ``make EXACT=1``);
-- the "tiled" K-quant kernel, for batches of 8 or more tokens on q4_K/q5_K/q6_K/... weights that are
-  not repacked (``GGML_CPU_TILED_MM=0`` in the environment turns it off; ggml reads it once per
-  process, at the first matrix product);
-- weight repacking (``llama_model_params.use_extra_bufts``): the repacked q4_K gemm used for
-  batches of 4 or more rounds per sub-block, its gemv once per block.
+thing: for a batch, some kernels take other code paths that round differently (which, and the
+settings that turn them off: :mod:`plookup.measure.settings`).
 
 :func:`probe_invariance` measures it on a loaded model in plookup's own context (two sequences,
 unified KV): rows of single-draft verify batches of the cost curve's sizes (every n = 2..17, then
 sparser up to the longest draft plus one) and of two-branch ones of n = 4..16 tokens against
-single-token decodes of the same tokens. :func:`cached_invariance` keeps the verdict per model,
-build and settings, like :mod:`plookup.measure.costs` keeps the cost curve. ``plookup doctor``
-(:mod:`plookup.app.doctor`) measures every setting in a process of its own and saves a report here;
-:func:`recommended_settings` reads it back for plookup.Llama, and :func:`advise` turns the figures
-into plain words.
+single-token decodes of the same tokens; :func:`probe_slots`, a slot's rows beside another's.
+:func:`cached_invariance` keeps the verdict per model, build and settings
+(:mod:`plookup.measure.cache`), as :mod:`plookup.measure.costs` keeps the cost curve.
+``plookup doctor`` (:mod:`plookup.app.doctor`) measures every setting in a process of its own.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import os
-import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterator, Optional
+from typing import Optional
 
 import llama_cpp
 import llama_cpp._internals as internals
-import llama_cpp.llama_cpp as llama_cpp_lib
 import numpy as np
 
 from ..draft.values import Branch
-from ..files import cache_dir, write_text_atomically
 from ..verify.greedy import logits_row
 from ..verify.rows import decode_chunks, fill, sequence_rows, verify_rows
-from .costs import DEFAULT_MAX_N, context_limit, curve_key, curve_sizes, measured_once
+from .cache import cache_path, measured_once
+from .costs import DEFAULT_MAX_N, context_limit, curve_key, curve_sizes
+from .settings import tiled_from_environment
 
-TILED_ENV = "GGML_CPU_TILED_MM"
 # Two-branch batches are probed up to this size: plookup verifies a second branch only where
 # verification is not exact, so their rows are reported, never required.
 BRANCH_MAX_N = 16
@@ -55,68 +40,6 @@ EXACT_MIN_ROWS = 17
 CONTEXT_TOKENS = 256  # verify batches run behind a context; attention over it is part of the check
 FORK_AT = 1  # the probe's two-branch batches part after pending + one shared draft token
 LOCKSTEP = 32  # the slot probe's context tokens decoded a row of each sequence at a time
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The runtime settings that change which kernels a verify batch runs."""
-
-    repack: bool = True  # llama_model_params.use_extra_bufts
-    tiled: bool = True  # GGML_CPU_TILED_MM
-    flash_attn: bool = False
-
-    def label(self) -> str:
-        off = [name for name, on in (("repacking", self.repack), ("tiled K-quant kernel", self.tiled)) if not on]
-        parts = ["flash attention on" if self.flash_attn else "flash attention off"]
-        parts += [f"{name} off" for name in off]
-        return ", ".join(parts)
-
-
-# What `plookup doctor` measures: llama_cpp's defaults first.
-SETTINGS_TO_PROBE = (
-    Settings(),
-    Settings(flash_attn=True),
-    Settings(repack=False),
-    Settings(tiled=False),
-    Settings(repack=False, tiled=False),
-)
-
-
-def tiled_from_environment() -> bool:
-    value = os.environ.get(TILED_ENV)
-    return value is None or value.strip() not in ("0",)
-
-
-@contextlib.contextmanager
-def model_params(repack: bool, devices: Optional[int] = None) -> Iterator[None]:
-    """Load models with ``use_extra_bufts = repack`` inside the block, and with `devices` (the
-    address of a NULL-terminated ggml_backend_dev_t array, see plookup.api.rpc) when given
-    (llama_cpp.Llama builds its llama_model_params from llama_model_default_params() and has no
-    argument for either field)."""
-    original = llama_cpp_lib.llama_model_default_params
-
-    def patched():
-        params = original()
-        params.use_extra_bufts = repack
-        if devices is not None:
-            params.devices = devices
-        return params
-
-    llama_cpp_lib.llama_model_default_params = patched
-    try:
-        yield
-    finally:
-        llama_cpp_lib.llama_model_default_params = original
-
-
-LLAMAFILE_FLAG = "LLAMAFILE = 1 | "  # in llama.cpp's system info when built with llamafile
-
-
-def llamafile_in_build() -> bool:
-    return LLAMAFILE_FLAG in llama_cpp.llama_print_system_info().decode()
-
-
-# -- the probe
 
 
 @dataclass
@@ -348,7 +271,7 @@ def _unified(llm) -> bool:
 
 def _probe_path(llm, max_n: int, kind: str):
     tiled = "tiled" if tiled_from_environment() else "untiled"
-    return cache_dir() / "invariance" / f"{curve_key(llm, max_n)}-{tiled}{kind}.json"
+    return cache_path("invariance", f"{curve_key(llm, max_n)}-{tiled}{kind}")
 
 
 def cached_slot_invariance(llm, max_n: int = DEFAULT_MAX_N) -> list[SlotCheck]:
@@ -372,158 +295,3 @@ def cached_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
         measure=lambda: probe_invariance(llm, max_n),
         serialize=lambda result: {"model": llm.model_path, "checks": [asdict(c) for c in result.checks]},
     )
-
-
-# -- what the doctor measured, kept per model and build: plookup.Llama reads the settings from it
-
-
-def report_path(model_path: str, llamafile: Optional[bool] = None):
-    """Where `plookup doctor`'s report for this model file and build is kept: this process's
-    build, or the same one with (or without) llamafile, the difference `make EXACT=1` makes."""
-    stat = os.stat(model_path)
-    features = llama_cpp.llama_print_system_info().decode().replace(LLAMAFILE_FLAG, "")
-    llamafile = llamafile_in_build() if llamafile is None else llamafile
-    key = [os.path.abspath(model_path), stat.st_size, stat.st_mtime_ns, llama_cpp.__version__, features, llamafile]
-    return cache_dir() / "doctor" / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]}.json"
-
-
-def load_report(model_path: str, llamafile: Optional[bool] = None) -> Optional[dict]:
-    try:
-        return json.loads(report_path(model_path, llamafile).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def save_report(model_path: str, report: dict) -> None:
-    write_text_atomically(report_path(model_path), json.dumps(report, indent=1))
-
-
-def recommended_settings(model_path: str) -> Optional[Settings]:
-    """The settings under which the doctor found this model's verify batches exact in this build,
-    the fastest such; None when it has not run or found none."""
-    report = load_report(model_path)
-    exact = exact_setting(report["configs"]) if report else None
-    return Settings(**exact["settings"]) if exact else None
-
-
-# The doctor chooses backend sampling where it is this much faster on wall time: at the median
-# of 2 rounds, one slow round once made two SmolLM2 settings read 17-22% faster on the backend.
-BACKEND_MARGIN = 0.05
-
-
-def backend_walls(measured: dict) -> tuple[float, float]:
-    """(host, backend): wall ms per token of a doctor's backend-sampling measurement, its cases
-    (no draft, drafting) summed: what its verdict weighs."""
-    host, backend = (sum(case["ms_per_token"] for case in measured[name].values()) for name in ("host", "backend"))
-    return host, backend
-
-
-def recommended_backend_sampling(model_path: str, settings: Optional[Settings]) -> bool:
-    """Whether the doctor found greedy rows faster sampled on the backend for this model and
-    build, under `settings` (those the model loads with; None: llama_cpp's defaults)."""
-    report = load_report(model_path)
-    wanted = asdict(settings if settings is not None else Settings())
-    config = next((c for c in report["configs"] if c["settings"] == wanted), None) if report else None
-    return bool(config and config.get("backend_sampling", {}).get("pays"))
-
-
-def measure_speeds(llm, prompt_tokens: int = 256, decodes: int = 32) -> tuple[float, float]:
-    """Prompt processing and single-token decoding, tokens per second (medians of 3)."""
-    prompt_tokens = min(prompt_tokens, context_limit(llm) - decodes - 1)
-    tokens = np.random.default_rng(1).integers(100, llm.n_vocab(), prompt_tokens + decodes).tolist()
-    prompt, decode = [], []
-    for _ in range(3):
-        llm.reset()
-        start = time.perf_counter()
-        llm.eval(tokens[:prompt_tokens])
-        prompt.append(prompt_tokens / (time.perf_counter() - start))
-        start = time.perf_counter()
-        for token in tokens[prompt_tokens:]:
-            llm.eval([token])
-        decode.append(decodes / (time.perf_counter() - start))
-    llm.reset()
-    llm._requires_eval = True
-    return float(np.median(prompt)), float(np.median(decode))
-
-
-# -- the advice: a function of the measured figures alone
-
-
-def exact_setting(configs: list[dict]) -> Optional[dict]:
-    """The fastest measured setting (by ceiling) whose verify batches are invariant, or None."""
-    invariant = [c for c in configs if c["invariant"]]
-    return max(invariant, key=lambda c: c["ceiling"]) if invariant else None
-
-
-def advise(report: dict, other_build: Optional[dict] = None) -> list[str]:
-    """Plain words from a doctor report: what speculation can gain here, whether the output is
-    exact and how to make it so, and which quantization verifies cheaper.
-
-    `report`: {"llamafile": bool, "configs": [measure_settings() ...] (llama_cpp's defaults first),
-    "quants"?: {name: ceiling}, "quant"?: this file's type}. `other_build`: the same model's report
-    from the other build (with or without llamafile), when one was measured.
-    """
-    default = report["configs"][0]
-    lines = []
-    if default["ceiling"] < 1.05:
-        lines.append(f"speculation cannot pay here: verifying n tokens costs about n single decodes "
-                     f"(best {default['ceiling']:.2f}x)")
-    else:
-        lines.append(f"speculation pays here up to {default['ceiling']:.2f}x plain decoding (an always-right "
-                     f"drafter verifying {default['best_n']} tokens a step); copy-heavy work gets a share of it")
-    exact = exact_setting(report["configs"])
-    if default["invariant"]:
-        lines.append("output is exact with llama_cpp's default settings: greedy text is bit-identical to "
-                     "plain decoding, and sampling keeps the model's distribution exactly")
-    elif exact is not None:
-        settings = Settings(**exact["settings"])
-        lines.append(f"output is exact with {settings.label()}: {_price(default, exact)}; plookup.Llama "
-                     f"applies these settings for this model once this report is cached")
-    else:
-        lines.append(f"output is not exact with this build ({default['summary']}): greedy text may differ "
-                     f"from plain decoding where its two best tokens are near-tied")
-        if report["llamafile"]:
-            lines.append(_exact_build_line(other_build, default))
-    if (backend := _backend_line(exact if exact is not None else default)) is not None:
-        lines.append(backend)
-    quants = report.get("quants") or {}
-    if quants:
-        best = max(quants, key=quants.get)
-        if quants[best] > default["ceiling"] * 1.05:
-            current = report.get("quant", "this file")
-            lines.append(f"{best.upper()} verifies cheaper than {current} here: ceiling {quants[best]:.2f}x "
-                         f"vs {default['ceiling']:.2f}x (requantized from this file: "
-                         f"`-m MODEL:{best}`)")
-    return lines
-
-
-def _backend_line(config: dict) -> Optional[str]:
-    """Where plookup.Llama samples greedy rows with the settings it loads (see
-    :func:`recommended_backend_sampling`), and why; None where a report did not measure it."""
-    measured = config.get("backend_sampling")
-    if not measured:
-        return None
-    host, backend = backend_walls(measured)
-    change = f"{host:.2f} -> {backend:.2f} ms per token, no draft and drafting together"
-    if measured["pays"]:
-        return f"greedy rows are sampled on the backend here ({change}); plookup.Llama does so for this model"
-    return (f"greedy rows stay on the host: sampling them on the backend does not pay here ({change}, "
-            f"at least {BACKEND_MARGIN:.0%} less needed)")
-
-
-def _price(base: dict, other: dict) -> str:
-    return (f"ceiling {base['ceiling']:.2f}x -> {other['ceiling']:.2f}x, prompt "
-            f"{base['prompt_tps']:.0f} -> {other['prompt_tps']:.0f} tok/s, decode "
-            f"{base['decode_tps']:.0f} -> {other['decode_tps']:.0f} tok/s")
-
-
-def _exact_build_line(other_build: Optional[dict], default: dict) -> str:
-    if other_build is None:
-        return ("`make EXACT=1` builds llama.cpp without llamafile, whose batched kernels round "
-                "differently; run `plookup doctor` in that build to see whether it makes this model exact")
-    exact = exact_setting(other_build["configs"])
-    if exact is None:
-        return "`make EXACT=1` (without llamafile) does not make this model exact either (measured)"
-    settings = Settings(**exact["settings"])
-    return (f"`make EXACT=1` makes it exact for this model with {settings.label()}, at the price of "
-            f"{_price(default, exact)} (measured)")

@@ -16,6 +16,7 @@ temperature and mirostat. A temperature <= 0 leaves only the most likely token t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import llama_cpp._internals as internals
 
 # llama-server's sampler names, and the other spellings its `samplers` field takes

@@ -25,7 +25,7 @@ from plookup.api import prediction as prediction_module
 from plookup.app.serve.app import create_app
 from plookup.draft.policy import PRIOR_HITS, PRIOR_WEIGHT
 from plookup.draft.values import NO_DRAFT, REQUEST, Draft, frozen_tokens
-from plookup.measure.exactness import llamafile_in_build
+from plookup.measure.settings import llamafile_in_build
 from plookup.verify.accept import accept
 
 from conftest import LLAMA_KWARGS, kv_positions, pair

@@ -9,8 +9,8 @@ import pytest
 import plookup
 from plookup.app import doctor
 from plookup.measure.costs import curve_sizes
-from plookup.measure.exactness import (
-    EXACT_MIN_ROWS,
+from plookup.measure.exactness import EXACT_MIN_ROWS
+from plookup.measure.settings import (
     Settings,
     exact_setting,
     recommended_backend_sampling,

@@ -19,7 +19,8 @@ import plookup
 from plookup.app.models import quantized_path
 from plookup.draft.policy import CPU_COST_CURVE
 from plookup.measure.costs import DEFAULT_MAX_N, curve_sizes
-from plookup.measure.exactness import EXACT_MIN_ROWS, llamafile_in_build, probe_invariance
+from plookup.measure.exactness import EXACT_MIN_ROWS, probe_invariance
+from plookup.measure.settings import llamafile_in_build
 
 from conftest import LLAMA_KWARGS, MODEL_KWARGS, kv_positions
 from support.plain import PROMPTS, chat_prompt_tokens, first_divergence, greedy_with_gaps, plain_reference

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from plookup.app.serve.app import create_app
-from plookup.measure.exactness import llamafile_in_build
+from plookup.measure.settings import llamafile_in_build
 from plookup.verify.accept import accept
 from plookup.verify.logprobs import token_logprob
 

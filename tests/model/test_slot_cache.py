@@ -22,7 +22,7 @@ from conftest import LLAMA_KWARGS, pair
 from test_branches_greedy import BRANCHY
 
 import plookup
-from plookup.measure.exactness import llamafile_in_build
+from plookup.measure.settings import llamafile_in_build
 
 EXACT_BUILD = not llamafile_in_build()
 

@@ -381,7 +381,7 @@ def test_a_failing_worker_reports_its_traceback(tmp_path):
     # here: the file is missing); the parent's error carries where the worker failed, not only what.
     from plookup.app.bench.systems import WorkerSystem
     from plookup.app.doctor import in_fresh_process
-    from plookup.measure.exactness import Settings
+    from plookup.measure.settings import Settings
 
     missing = str(tmp_path / "missing.gguf")
     with pytest.raises(RuntimeError, match="Traceback") as failed:

@@ -8,7 +8,9 @@ import json
 from dataclasses import asdict
 
 from plookup.app import doctor
-from plookup.measure.exactness import advise, exact_setting
+from plookup.app.doctor import advise
+from plookup.measure import speeds
+from plookup.measure.settings import exact_setting
 
 from support.doctor_reports import config, measured_backend, report
 
@@ -94,9 +96,9 @@ def test_backend_sampling_is_judged_on_each_way_s_fastest_round(monkeypatch):
         return {"no draft": {"ms_per_token": no_draft, "backend": llm.backend_sampling},
                 "drafting": {"ms_per_token": drafting}}
 
-    monkeypatch.setattr(doctor, "measure_host", measured)
+    monkeypatch.setattr(speeds, "measure_host", measured)
     model = Model()
-    out = doctor.measure_backend_sampling(model, rounds=2)
+    out = speeds.measure_backend_sampling(model, rounds=2)
     assert out["host"] == {"no draft": {"ms_per_token": 14.9, "backend": False}, "drafting": {"ms_per_token": 7.6}}
     assert out["backend"]["no draft"] == {"ms_per_token": 14.6, "backend": True} and out["backend"]["drafting"]["ms_per_token"] == 9.3
     assert out["pays"] is False and model.backend_sampling is False  # 22.5 against 23.9 ms; put back
@@ -104,7 +106,7 @@ def test_backend_sampling_is_judged_on_each_way_s_fastest_round(monkeypatch):
     assert (14.9 + 27.0) / 2 + (7.6 + 8.9) / 2 > (16.0 + 14.6) / 2 + (9.4 + 9.3) / 2
     for backend, pays in ((0.97, False), (0.94, True)):  # the backend 3% and 6% faster
         walls = iter([(10.0, 5.0), (10.0 * backend, 5.0 * backend)])
-        assert doctor.measure_backend_sampling(model, rounds=1)["pays"] is pays
+        assert speeds.measure_backend_sampling(model, rounds=1)["pays"] is pays
 
 
 def test_the_command_measures_batches_up_to_its_max_draft(tmp_path, monkeypatch, capsys):

@@ -1,0 +1,52 @@
+"""Measure once, keep as JSON on disk: what depends only on the model, its settings and the build
+(the verify-cost curve, the exactness verdicts, the doctor's report) is measured once per machine
+and read back from ``cache_dir()/<folder>/<key>.json`` after that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+from typing import Optional
+
+from ..files import cache_dir, write_text_atomically
+
+
+def digest(parts) -> str:
+    """A short key for a measurement that depends on `parts` (JSON-serializable)."""
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def cache_path(folder: str, key: str) -> Path:
+    return cache_dir() / folder / f"{key}.json"
+
+
+def read_cached(path, parse=lambda data: data, what: Optional[str] = None):
+    """``parse`` of the JSON kept at `path`; None when there is none yet, or when it cannot be read,
+    which is reported where `what` names it (it is then measured again and replaced)."""
+    try:
+        return parse(json.loads(Path(path).read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        if what is not None:
+            warnings.warn(f"plookup: ignoring the unreadable {what} {path} ({e}); measuring it again")
+        return None
+
+
+def keep(path, data, indent: Optional[int] = None) -> None:
+    """`data` kept at `path` as JSON, written whole or not at all."""
+    write_text_atomically(path, json.dumps(data, indent=indent))
+
+
+def measured_once(path, what: str, parse, measure, serialize):
+    """``parse`` of the JSON kept at `path`, else ``measure()`` now, kept there as ``serialize``
+    of it."""
+    cached = read_cached(path, parse, what)
+    if cached is not None:
+        return cached
+    value = measure()
+    keep(path, serialize(value))
+    return value
