@@ -37,6 +37,8 @@ MIDDLE = "    int n_threads = llama_"
 SUFFIX = "}\n"
 EXTRA = [{"filename": "llama.h", "text": "LLAMA_API int32_t llama_n_threads();\n"}]
 CODE = "def fibonacci(n):\n"  # a /completion prompt that goes on over several lines
+# copied line for line, so that its lines are drafted whole (a step spans a line end)
+COPIED = "a = 1\nb = 2\nc = 3\n" * 3 + "a = 1\nb = 2\n"
 CHAT = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"  # answered in a few tokens, then <|im_end|>
 
 
@@ -327,6 +329,18 @@ def test_t_max_predict_ms_ends_after_a_newline(coder):
     assert timed["stop_type"] == "limit" and "\n" in timed["content"]
     assert timed["tokens_predicted"] < full["tokens_predicted"]
     assert full["content"].startswith(timed["content"])
+
+
+def test_a_streamed_budget_ends_on_its_token_inside_a_drafted_step(coder):
+    """The copied lines are drafted, so the step that hands out the line end the budget ends on
+    hands out the next line's tokens too: they are not the completion's, streamed or not."""
+    body = {"prompt": COPIED, "n_predict": 40, "temperature": 0, "t_max_predict_ms": 1}
+    timed = coder.post("/completion", json=body).json()
+    assert timed["content"].count("\n") == 1 and timed["content"].endswith("\n"), timed["content"]
+    with coder.stream("POST", "/completion", json=dict(body, stream=True)) as response:
+        events = sse(response)
+    assert "".join(e["content"] for e in events) == timed["content"]
+    assert sum(len(e["tokens"]) for e in events) == events[-1]["tokens_predicted"] == timed["tokens_predicted"]
 
 
 def test_n_indent_cuts_the_first_line_indented_less(coder):

@@ -282,6 +282,10 @@ class LlamaShape(Shape):
         if b.n_indent > 0:
             self.cut_at = indent_cut(self.sent, b.n_indent)
         end = self.cut_at if self.cut_at is not None else len(self.sent)
+        if self.watch.cut is not None:
+            # The budget ended the completion on a token of a step that handed out more (drafted
+            # tokens after it): llama_cpp still streams their text; the completion stops at that token.
+            end = min(end, len(self.watch.text.decode("utf-8", errors="ignore")))
         content = self.sent[self.shown: end]
         self.shown = end
         tokens = self.watch.completion_tokens()[self.stream_tokens:]
