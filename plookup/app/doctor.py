@@ -57,12 +57,11 @@ def register(commands) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    if args.rpc:
-        # Its report is kept per model file and applied to every later local load of it.
-        raise ValueError("--rpc: the doctor measures a model on this host only, for now")
     path = resolve_model(args.model)
     if check_max_draft(args.max_draft) < 1:
         raise ValueError("--max-draft: the doctor measures verify batches, of at least one draft token")
+    if args.rpc:
+        return over_rpc(path, args)
     quants = [q for q in args.quants.split(",") if q]
     report = diagnose(path, args.threads, args.n_ctx, quants, max_n=args.max_draft + 1)
     save_report(path, report)
@@ -70,6 +69,34 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)
+    return 0
+
+
+def over_rpc(path: str, args: argparse.Namespace) -> int:
+    """Over RPC servers, what the link changes: the verify-cost curve measured through them (a pass
+    is a round trip, so the curve flattens as the link slows) and its always-right ceiling, cached
+    under a key that names the servers, where a later load over them (same threads and context)
+    finds it. The file's report (exactness, settings) is about this host's build: neither measured
+    nor written."""
+    from ..api.llama import Llama
+    from ..measure.costs import cached_cost_curve
+
+    llm = Llama(path, rpc_servers=args.rpc, n_ctx=args.n_ctx, n_threads=args.threads, n_threads_batch=args.threads,
+                verbose=False, cost_curve=None, exactness=None, backend_sampling=False, max_draft=args.max_draft)
+    try:
+        cost = cached_cost_curve(llm, args.max_draft + 1)
+        endpoints = list(llm.rpc_devices.endpoints)
+    finally:
+        llm.close()
+    best_n, ceiling = oracle_speedup(cost)
+    print(f"model: {path}\nover RPC: {', '.join(endpoints)} (every layer there)")
+    print("verify cost, in single decodes, of n rows: " + "  ".join(
+        f"{n}: {cost[n - 1]:.2f}" for n in (1, 2, 4, 8, 16, 32, 64) if n <= len(cost)))
+    print(f"always-right ceiling: {ceiling:.2f}x plain decoding (n={best_n}). Cached: a plookup.Llama loaded over "
+          f"these servers with the same threads and context drafts by it. Exactness is not probed over RPC.")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(dict(model=path, rpc=endpoints, cost=cost.tolist(), best_n=best_n, ceiling=ceiling), f, indent=1)
     return 0
 
 

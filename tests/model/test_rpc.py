@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import select
 import signal
@@ -109,6 +110,25 @@ def test_the_command_line_names_the_server_it_cannot_reach(model_path):
          "-p", "x", "--no-spec"], capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 1 and f"RPC server {endpoint}: cannot connect" in done.stderr, done.stderr
+
+
+def test_the_doctor_measures_the_cost_curve_over_the_servers(model_path, tmp_path):
+    """`plookup doctor --rpc`: the curve measured through the server, cached under a key naming
+    it (where a load over it finds it); no report of the file written (its exactness is local)."""
+    env = dict(os.environ, PLOOKUP_CACHE_DIR=str(tmp_path))
+    with rpc_server() as (endpoint, _):
+        done = subprocess.run(
+            [sys.executable, "-m", "plookup.app.cli", "doctor", "-m", model_path["smollm2"], "--rpc", endpoint,
+             "--max-draft", "8", "--threads", "1", "--json", str(tmp_path / "r.json")],
+            capture_output=True, text=True, timeout=300, env=env,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rpc"] == [endpoint] and len(report["cost"]) == 9 and report["cost"][0] == 1.0
+    assert f"over RPC: {endpoint}" in done.stdout and "always-right ceiling" in done.stdout
+    curves = list((tmp_path / "cost-curves").glob("*.json"))
+    assert len(curves) == 1 and json.loads(curves[0].read_text())["cost"] == report["cost"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cost-curves", "r.json"]  # no doctor report
 
 
 def test_a_server_busy_with_another_client_is_an_error_within_the_timeout():
