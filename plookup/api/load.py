@@ -73,13 +73,8 @@ def load_model(llm, model_path: str, args, kwargs: dict, repack: bool) -> None:
         with model_params(repack):
             llama_cpp.Llama.__init__(llm, model_path, *args, **kwargs)
         return
-    devices = rpc.connect(servers)  # an RpcError naming a server it cannot use
-    try:
-        with model_params(repack, devices.address):
-            llama_cpp.Llama.__init__(llm, model_path, *args, **rpc.rpc_kwargs(kwargs))
-    except BaseException:
-        devices.release()
-        raise
+    with rpc.loading_onto(servers, repack) as devices:
+        llama_cpp.Llama.__init__(llm, model_path, *args, **rpc.rpc_kwargs(kwargs))
     rpc.attach(llm, devices)
 
 

@@ -21,6 +21,7 @@ after ggml's backtrace, which attaches a debugger where one is installed).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import socket
@@ -29,7 +30,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, Union
 
 import llama_cpp
 import llama_cpp.llama_cpp as llama_cpp_lib
@@ -251,16 +252,25 @@ def rpc_kwargs(kwargs: dict) -> dict:
     return kwargs
 
 
-def load_over_rpc(factory, servers, **kwargs):
-    """``factory(**kwargs)`` (a llama_cpp.Llama or a subclass) with its layers on the RPC servers;
-    the devices are kept on the model, and released when it is closed."""
+@contextlib.contextmanager
+def loading_onto(servers, repack: bool = REPACK_DEFAULT) -> Iterator[RpcDevices]:
+    """Inside the block llama.cpp loads a model's layers onto the servers' devices (connected
+    first: an RpcError naming a server it cannot use); they are released if the load fails, and
+    are then attached to the model it made (:func:`attach`)."""
     devices = connect(servers)
     try:
-        with model_params(REPACK_DEFAULT, devices.address):
-            llm = factory(**rpc_kwargs(kwargs))
+        with model_params(repack, devices.address):
+            yield devices
     except BaseException:
         devices.release()
         raise
+
+
+def load_over_rpc(factory, servers, **kwargs):
+    """``factory(**kwargs)`` (a llama_cpp.Llama or a subclass) with its layers on the RPC servers;
+    the devices are kept on the model, and released when it is closed."""
+    with loading_onto(servers) as devices:
+        llm = factory(**rpc_kwargs(kwargs))
     attach(llm, devices)
     return llm
 
