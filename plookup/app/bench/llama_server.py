@@ -65,10 +65,11 @@ def wait_healthy(process: subprocess.Popen, url: str, name: str, seconds: float)
 
 
 class ServerSystem:
-    """`spec_type` None: the server decodes without drafting."""
+    """`spec_type` None: the server decodes without drafting; `extra_flags` go to llama-server as
+    they are (e.g. `--rpc HOST:PORT`)."""
 
     def __init__(self, binary: str, spec_type: Optional[str], model_kwargs: dict, eos_token: int, slots: int = 1,
-                 draft_max: Optional[int] = None):
+                 draft_max: Optional[int] = None, extra_flags: Sequence[str] = ()):
         self.name = f"server-{spec_type or 'plain'}" + (f"-{draft_max}" if draft_max else "")
         self.eos_token = eos_token
         port = free_port()
@@ -80,7 +81,8 @@ class ServerSystem:
         flags += ["-fa", "on" if model_kwargs.get("flash_attn") else "off"]
         self.process = subprocess.Popen(
             [binary, "-m", model_kwargs["model_path"], "--host", "127.0.0.1", "--port", str(port),
-             "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots), *flags],
+             "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots), *flags,
+             *extra_flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:
