@@ -34,6 +34,7 @@ import numpy as np
 
 from ..files import write_atomically
 from ..native import suffix_array as sa_kernels
+from ..native.suffix_array_continuation import corpus_lookup
 from .corpus_files import DEFAULT_MAX_FILE_BYTES, collect, read_text
 from .memory import SEP, _document, vocabulary_id
 from .tokens import as_token_array
@@ -108,7 +109,7 @@ class CorpusIndex:
     def lookup(self, context, max_draft: int = 16, max_match: int = DEFAULT_MAX_MATCH) -> CorpusMatch:
         """The longest suffix of `context` (at most `max_match` tokens; tokens outside
         [0, 2**31 - 2] match nothing) found in the corpus, and up to `max_draft` tokens of its
-        most frequent continuation (see :mod:`plookup.native.suffix_array` for the exact rule)."""
+        most frequent continuation (see :mod:`plookup.native.suffix_array_continuation` for the exact rule)."""
         if self._sa.size == 0 or max_match < 1:
             return NO_MATCH
         context = np.asarray(context)
@@ -117,7 +118,7 @@ class CorpusIndex:
         elif context.ndim != 1:
             raise ValueError(f"tokens must be a 1-D sequence, got {context.ndim}-D")
         context = context[-max_match:]
-        return CorpusMatch._make(sa_kernels.corpus_lookup(  # (numba returns Python ints)
+        return CorpusMatch._make(corpus_lookup(  # (numba returns Python ints)
             self._text, self._sa, self._starts, context, int(max_match), int(max_draft)
         ))
 
