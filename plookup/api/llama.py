@@ -23,7 +23,8 @@ from typing import Callable, Generator, Iterator, Optional, Sequence
 
 import llama_cpp
 
-from ..draft.drafters import IndexDrafter, make_drafter
+from ..draft.drafters import make_drafter
+from ..draft.index_drafter import IndexDrafter
 from ..measure.settings import recommended_backend_sampling
 from ..verify.grammar import check_grammar
 from ..verify.logprobs import Logprobs

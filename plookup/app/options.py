@@ -8,7 +8,8 @@ import os
 import sys
 from typing import Optional
 
-from ..draft.drafters import DEFAULT_MAX_DRAFT, DRAFTERS, make_drafter
+from ..draft.drafters import DRAFTERS, make_drafter
+from ..draft.index_drafter import DEFAULT_MAX_DRAFT
 from ..index.memory import DEFAULT_MEMORY_TOKENS, GlobalMemory, vocabulary_id
 from .models import resolve_model
 

@@ -31,7 +31,7 @@ from typing import Optional
 import llama_cpp
 import numpy as np
 
-from ...draft.drafters import DEFAULT_MAX_DRAFT
+from ...draft.index_drafter import DEFAULT_MAX_DRAFT
 from ...draft.values import Speculative
 from .report import grid
 
