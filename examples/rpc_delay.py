@@ -34,7 +34,7 @@ from pathlib import Path
 import llama_cpp
 
 import plookup
-from plookup.api import rpc
+from plookup.api import rpc_check
 from plookup.app.bench.llama_server import free_port
 from plookup.app.bench.plain import chat_prompt_tokens, first_divergence
 from plookup.app.bench.workloads import standard_workloads
@@ -114,7 +114,7 @@ def main() -> int:
     results = dict(model=model, max_tokens=max_tokens, threads=THREADS, n_gpu_layers=KWARGS.get("n_gpu_layers", -1), system_info=llama_cpp.llama_print_system_info().decode(),
                    llama_cpp_python=llama_cpp.__version__, runs=[])
     try:
-        rpc.wait_for_server(f"127.0.0.1:{port}", 60, alive=lambda: server.poll() is None)
+        rpc_check.wait_for_server(f"127.0.0.1:{port}", 60, alive=lambda: server.poll() is None)
         tokenizer = llama_cpp.Llama(model, vocab_only=True, verbose=False)
         workloads = [w for w in standard_workloads(seed=0) if w.kind == "copy"][:2]
         prompts = [chat_prompt_tokens(tokenizer, w.messages) for w in workloads]

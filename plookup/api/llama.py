@@ -77,7 +77,7 @@ class Llama(Views):
       (:mod:`plookup.verify.backend`); default: what ``plookup doctor`` found faster here, else off.
     - ``rpc_servers``: ``["host:port", ...]`` or ``"host:port,..."`` running ``plookup
       rpc-server``, which get the model's layers as llama.cpp's ``--rpc`` gives them
-      (:mod:`plookup.api.rpc`; a server it cannot use is an :class:`~plookup.api.rpc.RpcError`).
+      (:mod:`plookup.api.rpc`; a server it cannot use is an :class:`~plookup.api.rpc_check.RpcError`).
     - ``corpus``: also draft from a static corpus (a path ``plookup corpus build`` wrote, or a
       :class:`~plookup.index.corpus.CorpusIndex`); suffix drafter only.
 

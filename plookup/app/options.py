@@ -92,7 +92,7 @@ def model_kwargs(args: argparse.Namespace) -> dict:
     if getattr(args, "backend_sampling", None) is not None:  # plookup.Llama's own (see llama_cpp_kwargs)
         kwargs["backend_sampling"] = args.backend_sampling == "on"
     if getattr(args, "rpc", None):
-        from ..api.rpc import parse_servers
+        from ..api.rpc_check import parse_servers
 
         kwargs["rpc_servers"] = parse_servers(args.rpc)
     return kwargs
