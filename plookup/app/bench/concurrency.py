@@ -182,7 +182,7 @@ def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, server: 
     own = min(own, llm.drafter.max_draft)  # where the exactness probe capped the drafter
     bound = always_right_bound(llm.drafter.policy.cost, clients, own)
     sets = request_sets(llm, args.seed, args.per_kind, kinds)
-    servers = start_servers(args, kwargs, llm, clients, note, server)
+    servers = start_level_servers(args, kwargs, llm, clients, note, server)
     # The engine's systems by their max_draft (plain batched: 0), then llama-server's.
     local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
     systems = {s: None for s in local} | {s.name: s for s in servers}
@@ -209,7 +209,7 @@ def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, server: 
             remote.close()
 
 
-def start_servers(args, kwargs: dict, llm, clients: int, note, server: Optional[str]) -> list:
+def start_level_servers(args, kwargs: dict, llm, clients: int, note, server: Optional[str]) -> list:
     """llama-server's systems of a level (none without a `server` binary), each started with
     `clients` slots."""
     from .llama_server import ServerSystem
