@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from plookup.index.corpus import CorpusIndex, build_corpus
+from plookup.index.corpus import CorpusIndex
+from plookup.index.corpus_build import build_corpus
 
 
 def synthetic(tokens: int, rng) -> list[np.ndarray]:

@@ -44,7 +44,7 @@ from pathlib import Path
 import llama_cpp
 
 import plookup
-from plookup.api import rpc
+from plookup.api import rpc_check
 from plookup.app.bench.llama_server import ServerSystem, free_port
 from plookup.app.bench.plain import chat_prompt_tokens, first_divergence
 from plookup.app.bench.workloads import standard_workloads
@@ -176,7 +176,7 @@ def main() -> int:
                    llama_cpp_python=llama_cpp.__version__, llama_server=args.llama_server, runs=[])
     try:
         for port, server in zip(ports, servers):
-            rpc.wait_for_server(f"127.0.0.1:{port}", 60, alive=lambda server=server: server.poll() is None)
+            rpc_check.wait_for_server(f"127.0.0.1:{port}", 60, alive=lambda server=server: server.poll() is None)
         tokenizer = llama_cpp.Llama(model, vocab_only=True, verbose=False)
         eos = tokenizer.token_eos()
         loads = standard_workloads(seed=0)

@@ -6,7 +6,7 @@ batch. The output is what the model alone would produce (see README: "Exactness"
 """
 
 from .api.llama import Llama, Stream
-from .api.rpc import RpcError
+from .api.rpc_check import RpcError
 from .api.stats import SpecStats
 from .app.models import gemma3_path, smollm2_path
 from .draft.drafters import NgramDrafter, SuffixDrafter, make_drafter

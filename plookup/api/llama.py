@@ -23,7 +23,8 @@ from typing import Callable, Generator, Iterator, Optional, Sequence
 
 import llama_cpp
 
-from ..draft.drafters import IndexDrafter, make_drafter
+from ..draft.drafters import make_drafter
+from ..draft.index_drafter import IndexDrafter
 from ..measure.settings import recommended_backend_sampling
 from ..verify.grammar import check_grammar
 from ..verify.logprobs import Logprobs
@@ -76,7 +77,7 @@ class Llama(Views):
       (:mod:`plookup.verify.backend`); default: what ``plookup doctor`` found faster here, else off.
     - ``rpc_servers``: ``["host:port", ...]`` or ``"host:port,..."`` running ``plookup
       rpc-server``, which get the model's layers as llama.cpp's ``--rpc`` gives them
-      (:mod:`plookup.api.rpc`; a server it cannot use is an :class:`~plookup.api.rpc.RpcError`).
+      (:mod:`plookup.api.rpc`; a server it cannot use is an :class:`~plookup.api.rpc_check.RpcError`).
     - ``corpus``: also draft from a static corpus (a path ``plookup corpus build`` wrote, or a
       :class:`~plookup.index.corpus.CorpusIndex`); suffix drafter only.
 

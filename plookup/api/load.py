@@ -10,7 +10,7 @@ from typing import Optional
 
 import llama_cpp
 
-from ..draft.drafters import check_max_draft
+from ..draft.index_drafter import check_max_draft
 from ..measure.settings import TILED_ENV, model_params, recommended_settings
 from . import rpc
 

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from ..api.rpc import RpcError
+from ..api.rpc_check import RpcError
 from . import corpus_command, doctor, rpc_command
 from .bench import command as bench
 from .models import MODEL_NAMES, QUANTS, resolve_model

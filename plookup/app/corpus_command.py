@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..index.corpus import build_corpus
+from ..index.corpus_build import build_corpus
 from ..index.corpus_files import DEFAULT_MAX_FILE_BYTES
 from .models import resolve_model
 

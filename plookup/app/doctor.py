@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Optional
 
-from ..draft.drafters import check_max_draft
+from ..draft.index_drafter import check_max_draft
 from ..measure.costs import DEFAULT_MAX_N, measure_cost_curve, oracle_speedup
 from ..measure.exactness import probe_invariance, probe_slots
 from ..measure.settings import (

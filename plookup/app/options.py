@@ -8,7 +8,8 @@ import os
 import sys
 from typing import Optional
 
-from ..draft.drafters import DEFAULT_MAX_DRAFT, DRAFTERS, make_drafter
+from ..draft.drafters import DRAFTERS, make_drafter
+from ..draft.index_drafter import DEFAULT_MAX_DRAFT
 from ..index.memory import DEFAULT_MEMORY_TOKENS, GlobalMemory, vocabulary_id
 from .models import resolve_model
 
@@ -91,7 +92,7 @@ def model_kwargs(args: argparse.Namespace) -> dict:
     if getattr(args, "backend_sampling", None) is not None:  # plookup.Llama's own (see llama_cpp_kwargs)
         kwargs["backend_sampling"] = args.backend_sampling == "on"
     if getattr(args, "rpc", None):
-        from ..api.rpc import parse_servers
+        from ..api.rpc_check import parse_servers
 
         kwargs["rpc_servers"] = parse_servers(args.rpc)
     return kwargs

@@ -6,11 +6,12 @@ corpus token and 4 per file, on disk and in memory. ``lookup(context, max_draft)
 longest suffix of the context found in the corpus (never across two files) and its greedy
 continuation: at each step the most frequent next token among the occurrences, with its count.
 
-:func:`build_corpus` makes one from files, folders and globs (see :mod:`plookup.index.corpus_files` for
-what is left out) with a model's tokenizer; ``save`` writes it with that model's vocabulary
-fingerprint (:func:`plookup.index.memory.vocabulary_id`), and ``CorpusIndex.load`` maps it back,
-refusing with a ValueError naming the file one that is not a corpus index, is truncated or
-corrupt (a CRC-32 over header and arrays), or belongs to another vocabulary.
+:func:`plookup.index.corpus_build.build_corpus` makes one from files, folders and globs (see
+:mod:`plookup.index.corpus_files` for what is left out) with a model's tokenizer; ``save`` writes
+it with that model's vocabulary fingerprint (:func:`plookup.index.memory.vocabulary_id`), and
+``CorpusIndex.load`` maps it back, refusing with a ValueError naming the file one that is not a
+corpus index, is truncated or corrupt (a CRC-32 over header and arrays), or belongs to another
+vocabulary.
 
 File layout (little-endian): a 24-byte prelude ``MAGIC, version u32, header bytes u32, header
 CRC-32 u32, data CRC-32 u32``, the JSON header, zero padding to a multiple of 64, the text
@@ -19,23 +20,18 @@ CRC-32 u32, data CRC-32 u32``, the JSON header, zero padding to a multiple of 64
 
 from __future__ import annotations
 
-import concurrent.futures
-import dataclasses
-import hashlib
 import json
 import mmap
 import struct
-import time
 import zlib
-from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional
 
 import numpy as np
 
 from ..files import write_atomically
 from ..native import suffix_array as sa_kernels
-from .corpus_files import DEFAULT_MAX_FILE_BYTES, collect, read_text
-from .memory import SEP, _document, vocabulary_id
+from ..native.suffix_array_continuation import corpus_lookup
+from .memory import SEP, _document
 from .tokens import as_token_array
 
 MAGIC = b"PLKCORPS"
@@ -44,7 +40,6 @@ PRELUDE = struct.Struct("<8sIIII")
 ALIGN = 64
 MAX_TOKEN = 2**24  # bounds the first-token table (vocabularies hold well under 2**24 ids)
 DEFAULT_MAX_MATCH = 32
-TOKENIZER_THREADS = 2
 EMPTY_TOKENS = np.zeros(0, np.int32)
 EMPTY_COUNTS = np.zeros(0, np.int64)
 EMPTY_AGREE = np.zeros(0, np.float64)
@@ -65,7 +60,7 @@ NO_MATCH = CorpusMatch(0, 0, EMPTY_TOKENS, EMPTY_COUNTS, EMPTY_AGREE)
 
 class CorpusIndex:
     """Token documents in a suffix array, read only. Build with :meth:`from_documents` or
-    :func:`build_corpus`, keep with :meth:`save`, map back with :meth:`load`."""
+    :func:`plookup.index.corpus_build.build_corpus`, keep with :meth:`save`, map back with :meth:`load`."""
 
     def __init__(self, text: np.ndarray, suffixes: np.ndarray, vocabulary: str = "",
                  sources: Iterable[str] = (), path: Optional[str] = None):
@@ -108,7 +103,7 @@ class CorpusIndex:
     def lookup(self, context, max_draft: int = 16, max_match: int = DEFAULT_MAX_MATCH) -> CorpusMatch:
         """The longest suffix of `context` (at most `max_match` tokens; tokens outside
         [0, 2**31 - 2] match nothing) found in the corpus, and up to `max_draft` tokens of its
-        most frequent continuation (see :mod:`plookup.native.suffix_array` for the exact rule)."""
+        most frequent continuation (see :mod:`plookup.native.suffix_array_continuation` for the exact rule)."""
         if self._sa.size == 0 or max_match < 1:
             return NO_MATCH
         context = np.asarray(context)
@@ -117,7 +112,7 @@ class CorpusIndex:
         elif context.ndim != 1:
             raise ValueError(f"tokens must be a 1-D sequence, got {context.ndim}-D")
         context = context[-max_match:]
-        return CorpusMatch._make(sa_kernels.corpus_lookup(  # (numba returns Python ints)
+        return CorpusMatch._make(corpus_lookup(  # (numba returns Python ints)
             self._text, self._sa, self._starts, context, int(max_match), int(max_draft)
         ))
 
@@ -218,84 +213,3 @@ def _parse_header(path: str, raw: bytes) -> dict:
     if not ok:
         raise ValueError(f"{path}: corrupt corpus index (unreadable header)")
     return header
-
-
-# -- building from files
-
-
-@dataclasses.dataclass
-class CorpusReport:
-    """What a build took in and left out."""
-
-    files: int = 0  # files indexed
-    tokens: int = 0
-    replaced: int = 0  # files with bytes that are not UTF-8 (now U+FFFD)
-    skipped: dict = dataclasses.field(default_factory=dict)  # reason -> paths (also "empty", "duplicate")
-    seconds: float = 0.0
-
-    def summary(self, path=None, nbytes: Optional[int] = None) -> str:
-        parts = [f"{self.files} files indexed, {self.tokens} tokens"]
-        skipped = {r: len(p) for r, p in self.skipped.items() if p}
-        if skipped:
-            parts.append("skipped " + ", ".join(f"{n} {r}" for r, n in skipped.items()))
-        if self.replaced:
-            parts.append(f"{self.replaced} with invalid UTF-8 replaced")
-        if nbytes is not None:
-            per = f" ({nbytes / self.tokens:.2f} per token)" if self.tokens else ""
-            parts.append(f"{nbytes} bytes{' in ' + str(path) if path else ''}{per}")
-        parts.append(f"{self.seconds:.1f}s")
-        return "; ".join(parts)
-
-
-def _tokenizer(tokenizer) -> tuple[Callable[[bytes], list], str]:
-    """(tokenize bytes, vocabulary id) from a llama_cpp.Llama or a GGUF path."""
-    if isinstance(tokenizer, (str, Path)):
-        import llama_cpp
-
-        tokenizer = llama_cpp.Llama(str(tokenizer), vocab_only=True, verbose=False)
-    return (lambda data: tokenizer.tokenize(data, add_bos=False, special=False)), vocabulary_id(tokenizer)
-
-
-def _read_and_tokenize(path: Path, tokenize) -> tuple[Optional[str], Optional[np.ndarray], bool]:
-    """(skip reason or None, tokens, replaced) of one file."""
-    try:
-        text, replaced = read_text(path)
-    except OSError:
-        return "unreadable", None, False
-    if text is None:
-        return "binary", None, False
-    tokens = np.asarray(tokenize(text.encode("utf-8")), dtype=np.int32) if text else EMPTY_TOKENS
-    return ("empty" if tokens.size == 0 else None), tokens, replaced
-
-
-def build_corpus(paths: Iterable, tokenizer, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                 progress: Optional[Callable[[int, int, Path], None]] = None,
-                 threads: int = TOKENIZER_THREADS) -> tuple[CorpusIndex, CorpusReport]:
-    """Index the files under `paths` (files, folders, globs; see :mod:`plookup.index.corpus_files`) with
-    `tokenizer` (a llama_cpp.Llama, or a GGUF path loaded vocabulary only), on `threads` threads
-    (llama.cpp's tokenizer runs without the GIL). ``progress(done, total, path)`` is called as each
-    file is done."""
-    started = time.perf_counter()
-    collected = collect(paths, max_file_bytes)  # a missing path is reported before a model loads
-    tokenize, vocabulary = _tokenizer(tokenizer)
-    report = CorpusReport(skipped={**collected.skipped, "empty": [], "duplicate": []})
-    docs, sources, files, seen = [], [], collected.files, set()
-    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
-        results = pool.map(lambda path: _read_and_tokenize(path, tokenize), files)
-        for done, (path, (skip, tokens, replaced)) in enumerate(zip(files, results)):
-            if progress is not None:
-                progress(done + 1, len(files), path)
-            digest = None if skip else hashlib.sha256(tokens).digest()
-            if digest in seen:  # a copy adds no string, only counts: the first stands for both
-                skip = "duplicate"
-            if skip is not None:
-                report.skipped[skip].append(path)
-                continue
-            seen.add(digest)
-            docs.append(tokens)
-            sources.append(str(path))
-            report.replaced += replaced
-    index = CorpusIndex.from_documents(docs, vocabulary, sources)
-    report.files, report.tokens = len(docs), len(index)
-    report.seconds = time.perf_counter() - started
-    return index, report

@@ -2,7 +2,8 @@
 
 Owns the arrays of `plookup.native.suffix_automaton` and grows them (by doubling)
 before each kernel call; see that module for the layout, the exactness limit
-(WALK_CAP) and the memory per token (116..140 bytes per token of capacity).
+(WALK_CAP) and the memory per token (116..140 bytes per token of capacity), and
+`plookup.native.suffix_automaton_query` for the queries.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..native import suffix_automaton as sam
+from ..native import suffix_automaton_query as sam_query
 from .tokens import TokenArrays, as_token_array, raise_bad_token
 
 
@@ -81,7 +83,7 @@ class SuffixIndex(TokenArrays):
         """(draft, agree): up to `max_len` tokens that followed the match's most recent
         earlier occurrence, and for each the fraction of the context's followed
         occurrences that continued with it."""
-        return sam.sam_continuation(
+        return sam_query.sam_continuation(
             max_len, self._tokens, self._states, self._edges, self._slots, self._meta
         )
 
@@ -89,7 +91,7 @@ class SuffixIndex(TokenArrays):
         """(draft, agree) of the runner-up to `continuation`'s token at `branch_point`: the
         context's most frequent other next token, then what followed it most recently; up to
         `max_len` tokens, empty when the context was never followed by another token."""
-        return sam.sam_alternative(
+        return sam_query.sam_alternative(
             branch_point, max_len, self._tokens, self._states, self._edges, self._slots, self._meta
         )
 
@@ -103,7 +105,7 @@ class SuffixIndex(TokenArrays):
         The pair is only valid for the history it was computed on: any `extend` or `reset`
         invalidates it. O(1) amortised per token.
         """
-        state, length = sam.sam_feed(
+        state, length = sam_query.sam_feed(
             as_token_array(tokens), state, length, self._states, self._edges, self._slots
         )
         return int(state), int(length)
@@ -113,6 +115,6 @@ class SuffixIndex(TokenArrays):
         matched string's most recent occurrence (its state's RECENT end), clipped at the end of the
         history, and for each the fraction of the context's followed occurrences that
         continued with it (exact as for `continuation`)."""
-        return sam.sam_state_continuation(
+        return sam_query.sam_state_continuation(
             state, length, max_len, self._tokens, self._states, self._edges, self._slots, self._meta
         )

@@ -21,7 +21,7 @@ from typing import Optional
 import llama_cpp
 import numpy as np
 
-from ..draft.drafters import DEFAULT_MAX_DRAFT
+from ..draft.index_drafter import DEFAULT_MAX_DRAFT
 from ..draft.policy import validate_cost_curve
 from ..verify.rows import fill, sequence_rows
 from .cache import cache_path, digest, measured_once

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from plookup.index.corpus import CorpusIndex, build_corpus
+from plookup.index.corpus import CorpusIndex
+from plookup.index.corpus_build import build_corpus
 
 from support.trees import tree  # noqa: F401 (a fixture)
 

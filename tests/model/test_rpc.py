@@ -27,7 +27,7 @@ from conftest import LLAMA_KWARGS, pair
 from support.plain import NEAR_TIE, WORKLOADS, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
 
 import plookup
-from plookup.api import rpc
+from plookup.api import rpc, rpc_check
 from plookup.app.bench.llama_server import free_port
 from plookup.draft.policy import CPU_COST_CURVE
 
@@ -56,8 +56,8 @@ def rpc_server(threads: int = 1):
     )
     try:
         try:
-            rpc.wait_for_server(endpoint, STARTUP_S, alive=lambda: server.poll() is None)
-        except rpc.RpcError:
+            rpc_check.wait_for_server(endpoint, STARTUP_S, alive=lambda: server.poll() is None)
+        except rpc_check.RpcError:
             log.seek(0)
             pytest.fail(f"plookup rpc-server did not start:\n{log.read()[-3000:]}")
         yield endpoint, server
@@ -83,7 +83,7 @@ def test_greedy_over_rpc_equals_local_decoding(model_path, capsys):
             llm.close()
         assert rpc.live_servers() == []
         # The model is gone, and with it ggml's connection: the server takes a client again.
-        assert rpc.check_server(endpoint) == rpc.RPC_PROTO
+        assert rpc_check.check_server(endpoint) == rpc_check.RPC_PROTO
     tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
     diverged = first_divergence(reference, tokens)
     assert tokens[:tie] == reference[:tie], f"differs at {diverged}, first near-tie {tie}"
@@ -136,8 +136,8 @@ def test_a_server_busy_with_another_client_is_an_error_within_the_timeout():
         host, _, port = endpoint.rpartition(":")
         with socket.create_connection((host, int(port))):  # holds the server: one client at a time
             start = time.monotonic()
-            with pytest.raises(rpc.RpcError, match=f"RPC server {endpoint}: no answer within 1 s"):
-                rpc.check_server(endpoint, timeout=1)
+            with pytest.raises(rpc_check.RpcError, match=f"RPC server {endpoint}: no answer within 1 s"):
+                rpc_check.check_server(endpoint, timeout=1)
             assert time.monotonic() - start < 3
 
 

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plookup.index.corpus import CorpusIndex, build_corpus
+from plookup.index.corpus import CorpusIndex
+from plookup.index.corpus_build import build_corpus
 from plookup.index.corpus_files import collect, parse_gitignore
 from plookup.native import suffix_array as kernels
 
@@ -295,15 +296,15 @@ def test_named_files_and_globs(tree):
 
 def test_cli_build(tree, tmp_path, capsys):
     from plookup.app import cli
-    from plookup.index import corpus
+    from plookup.index import corpus_build
 
-    original = corpus._tokenizer
-    corpus._tokenizer = lambda _: (list, "fake")  # bytes -> their values
+    original = corpus_build._tokenizer
+    corpus_build._tokenizer = lambda _: (list, "fake")  # bytes -> their values
     try:
         out = tmp_path / "cli.plc"
         assert cli.main(["corpus", "build", str(tree), "-o", str(out), "-m", __file__]) == 0
     finally:
-        corpus._tokenizer = original
+        corpus_build._tokenizer = original
     summary = capsys.readouterr().out
     assert "5 files indexed" in summary and "1 binary" in summary and f"{out.stat().st_size} bytes" in summary
     assert "1 duplicate" in summary and len(CorpusIndex.load(out, vocabulary="fake")) > 0

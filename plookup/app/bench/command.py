@@ -48,11 +48,21 @@ PLD_LOGITS_LIMIT = 1 << 30
 
 
 def register(commands) -> None:
+    """The `bench` command and its options, in the order --help lists them."""
     bench = commands.add_parser(
         "bench", help="compare plain, PLD and plookup decoding on real workloads",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_options(bench)  # no --drafter: every plookup drafter is a system of its own
+    add_comparison_options(bench)
+    add_record_options(bench)
+    add_concurrency_options(bench)
+    add_editor_options(bench)
+    bench.set_defaults(func=cmd_bench)
+
+
+def add_comparison_options(bench) -> None:
+    """The single-stream comparison's options: runs, workloads, the systems compared, sampling."""
     bench.add_argument("--repeats", type=int, help=f"runs of each system per workload (default {DEFAULT_REPEATS})")
     bench.add_argument("--max-tokens", type=int, help=f"tokens per generation (default {DEFAULT_MAX_TOKENS})")
     bench.add_argument("--quick", action="store_true",
@@ -81,6 +91,10 @@ def register(commands) -> None:
                        help="sampling temperature (default 0: greedy); identity vs plain is then moot")
     bench.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: from PATH)")
     bench.add_argument("--seed", type=int, default=0, help="seed of the built-in workloads' typos and edits")
+
+
+def add_record_options(bench) -> None:
+    """A run's record (--json, --plot), and replaying a recorded run without a model."""
     bench.add_argument("--json", metavar="FILE", help="write every figure, prompt and output as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="write the speedup and acceptance chart")
     bench.add_argument("--replay", metavar="FILE",
@@ -91,6 +105,10 @@ def register(commands) -> None:
                             "one, e.g. another machine's (plookup doctor --json, plookup bench --json, or a JSON "
                             "list of costs relative to one token); flat: every batch up to max-draft + 1 tokens "
                             "costs one decode, the limit of memory-bound hardware")
+
+
+def add_concurrency_options(bench) -> None:
+    """--concurrency and the options of that run (plookup.app.bench.concurrency)."""
     bench.add_argument("--concurrency", metavar="LIST",
                        help="e.g. 1,4,8: instead of the single-stream comparison, that many clients at once on "
                             "a model with as many slots, plain batched vs plookup (see plookup.app.bench.concurrency)")
@@ -113,6 +131,10 @@ def register(commands) -> None:
                        help="with --concurrency and llama-server: run its n-gram drafters with each of these "
                             "longest drafts (ngram-mod's n-max, ngram-simple's size-m; e.g. 16,64; default: "
                             "llama-server's own, 64 and 48)")
+
+
+def add_editor_options(bench) -> None:
+    """--editor and the options of that run (plookup.app.bench.editor), and --editor-report."""
     bench.add_argument("--editor", metavar="LIST",
                        help="instead of the comparison above: llama.vim's requests over HTTP, fim (/infill at its "
                             "250 and 1000 ms budgets and without one) and/or instruct (iterated edits on "
@@ -133,7 +155,6 @@ def register(commands) -> None:
     bench.add_argument("--editor-log", metavar="FILE", help="with --editor: append the servers' output to FILE")
     bench.add_argument("--editor-report", metavar="FILE", nargs="+",
                        help="no model: print the tables of --editor runs' --json files, merged")
-    bench.set_defaults(func=cmd_bench)
 
 
 @dataclass

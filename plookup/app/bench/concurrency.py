@@ -31,7 +31,7 @@ from typing import Optional
 import llama_cpp
 import numpy as np
 
-from ...draft.drafters import DEFAULT_MAX_DRAFT
+from ...draft.index_drafter import DEFAULT_MAX_DRAFT
 from ...draft.values import Speculative
 from .report import grid
 
@@ -147,89 +147,113 @@ def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature:
     )
 
 
+HEADER = ["c", "workload", "system", "tok/s", "decode tok/s", "decode x plain batched",
+          "wall x plain batched, mean ± sd of repeats", "bound",
+          "TTFT p50/p95 s", "ITL p50/p95 ms", "passes/tok"]
+
+
 def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optional[str] = None) -> dict:
     """Every level, system and workload; prints the table, returns the record. `server`: a
     llama-server binary whose systems run too."""
-    import plookup
-
-    from .llama_server import ServerSystem
-
     kinds = parse_kinds(args.kinds)
     record = dict(levels=levels, max_tokens=args.max_tokens, cells=[])
-    header = ["c", "workload", "system", "tok/s", "decode tok/s", "decode x plain batched",
-              "wall x plain batched, mean ± sd of repeats", "bound",
-              "TTFT p50/p95 s", "ITL p50/p95 ms", "passes/tok"]
     rows = []
     for clients in levels:
-        note(f"concurrency {clients}: loading the model with {clients} slots")
-        # Decodes on a thread of their own, as `plookup serve` has them: the clients are threads
-        # of a pool, and a decode from a thread other than the one that loaded the model ran 30%
-        # slower at one client (plookup.engine.decode_thread).
-        # The drafter's bound is the longest any system drafts; each request bounds its own.
-        own = DEFAULT_MAX_DRAFT if args.max_draft is None else args.max_draft
-        llm = plookup.Llama(parallel=clients, max_draft=max([own, *(args.also_max_draft or ())]), decode_thread=True,
-                            **kwargs)
-        own = min(own, llm.drafter.max_draft)  # where the exactness probe capped the drafter
-        bound = always_right_bound(llm.drafter.policy.cost, clients, own)
-        sets = request_sets(llm, args.seed, args.per_kind, kinds)
-        servers = []
-        if server:
-            eos = llm.token_eos()
-            for spec, draft_max in server_systems(args.server_draft_max):
-                note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}"
-                     + (f" --draft-max {draft_max}" if draft_max else ""))
-                servers.append(ServerSystem(server, spec, kwargs, eos, slots=clients, draft_max=draft_max))
-        # The engine's systems by their max_draft (plain batched: 0), then llama-server's.
-        local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
-        systems = {s: None for s in local} | {s.name: s for s in servers}
-        try:
-            # One short untimed run of every system first: the first decodes of a fresh context
-            # (graph allocation, kernels loaded) and a fresh llama-server ran up to 40% slower.
-            first = next(iter(sets.values()))
-            for system, remote in systems.items():
-                request = remote.stream if remote else functools.partial(timed_request, llm)
-                run_cell(request, (first.prompts * clients)[:clients], clients, 8, first.temperature, True)
-            for kind, requests in sets.items():
-                prompts, temperature, through_eog = requests.prompts, requests.temperature, requests.through_eog
-                max_tokens = requests.max_tokens or args.max_tokens
-                # Every client sends `rounds` requests in turn (distinct prompts first, then again).
-                wanted = max(clients * args.rounds, len(prompts))
-                prompts = (prompts * wanted)[:wanted]
-                cells = {s: [] for s in systems}
-                for repeat in range(args.repeats or 1):
-                    # Side by side: the systems take turns, in reverse order every other repeat, so
-                    # that a drift of the machine's speed favours none of them.
-                    order = list(systems.items())
-                    for system, remote in order[::-1] if repeat % 2 else order:
-                        if remote is None:
-                            llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
-                            llm._engine.trace = [] if args.trace else None
-                            request = functools.partial(timed_request, llm, n_max=local[system])
-                        else:
-                            request = remote.stream
-                        cell = run_cell(request, prompts, clients, max_tokens, temperature, through_eog)
-                        cells[system].append(cell)
-                        note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
-                             f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")
-                        if remote is None and args.trace:
-                            cell["steps"] = [dataclasses.asdict(step) for step in llm._engine.trace]
-                            llm._engine.trace = None
-                            note("  " + trace_summary(cell["steps"], clients))
-                # Greedy outputs, for `plookup bench --replay` under another curve.
-                if temperature == 0 and clients == levels[0]:
-                    record.setdefault("recorded", {})[kind] = [
-                        dict(name=f"{kind}:{i}", prompt_tokens=prompt, output_tokens=output)
-                        for i, (prompt, output) in enumerate(zip(requests.prompts, cells["plain batched"][0]["outputs"]))
-                    ]
-                for cell in itertools.chain(*cells.values()):
-                    del cell["outputs"]  # kept once, above
-                add_rows(rows, record, clients, kind, bound, cells)
-        finally:
-            for remote in servers:
-                remote.close()
-        del llm
-    print(grid(header, rows))
+        run_level(args, kwargs, clients, kinds, note, server, record, rows)
+    print(grid(HEADER, rows))
     return record
+
+
+def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, server: Optional[str],
+              record: dict, rows: list) -> None:
+    """One concurrency level: the model loaded with `clients` slots (and llama-server's systems
+    started with as many), every workload kind run on every system; the level's table rows and
+    cells go into `rows` and `record`."""
+    import plookup
+
+    note(f"concurrency {clients}: loading the model with {clients} slots")
+    # Decodes on a thread of their own, as `plookup serve` has them: the clients are threads
+    # of a pool, and a decode from a thread other than the one that loaded the model ran 30%
+    # slower at one client (plookup.engine.decode_thread).
+    # The drafter's bound is the longest any system drafts; each request bounds its own.
+    own = DEFAULT_MAX_DRAFT if args.max_draft is None else args.max_draft
+    llm = plookup.Llama(parallel=clients, max_draft=max([own, *(args.also_max_draft or ())]), decode_thread=True,
+                        **kwargs)
+    own = min(own, llm.drafter.max_draft)  # where the exactness probe capped the drafter
+    bound = always_right_bound(llm.drafter.policy.cost, clients, own)
+    sets = request_sets(llm, args.seed, args.per_kind, kinds)
+    servers = start_level_servers(args, kwargs, llm, clients, note, server)
+    # The engine's systems by their max_draft (plain batched: 0), then llama-server's.
+    local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
+    systems = {s: None for s in local} | {s.name: s for s in servers}
+    try:
+        # One short untimed run of every system first: the first decodes of a fresh context
+        # (graph allocation, kernels loaded) and a fresh llama-server ran up to 40% slower.
+        first = next(iter(sets.values()))
+        for system, remote in systems.items():
+            request = remote.stream if remote else functools.partial(timed_request, llm)
+            run_cell(request, (first.prompts * clients)[:clients], clients, 8, first.temperature, True)
+        for kind, requests in sets.items():
+            cells = run_workload(args, llm, clients, kind, requests, systems, local, note)
+            # Greedy outputs, for `plookup bench --replay` under another curve.
+            if requests.temperature == 0 and clients == record["levels"][0]:
+                record.setdefault("recorded", {})[kind] = [
+                    dict(name=f"{kind}:{i}", prompt_tokens=prompt, output_tokens=output)
+                    for i, (prompt, output) in enumerate(zip(requests.prompts, cells["plain batched"][0]["outputs"]))
+                ]
+            for cell in itertools.chain(*cells.values()):
+                del cell["outputs"]  # kept once, above
+            add_rows(rows, record, clients, kind, bound, cells)
+    finally:
+        for remote in servers:
+            remote.close()
+
+
+def start_level_servers(args, kwargs: dict, llm, clients: int, note, server: Optional[str]) -> list:
+    """llama-server's systems of a level (none without a `server` binary), each started with
+    `clients` slots."""
+    from .llama_server import ServerSystem
+
+    servers = []
+    if server:
+        eos = llm.token_eos()
+        for spec, draft_max in server_systems(args.server_draft_max):
+            note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}"
+                 + (f" --draft-max {draft_max}" if draft_max else ""))
+            servers.append(ServerSystem(server, spec, kwargs, eos, slots=clients, draft_max=draft_max))
+    return servers
+
+
+def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, systems: dict, local: dict,
+                 note) -> dict:
+    """One workload kind at one level: system -> its runs (:func:`run_cell`'s records), every
+    system run ``--repeats`` times, side by side."""
+    prompts, temperature, through_eog = requests.prompts, requests.temperature, requests.through_eog
+    max_tokens = requests.max_tokens or args.max_tokens
+    # Every client sends `rounds` requests in turn (distinct prompts first, then again).
+    wanted = max(clients * args.rounds, len(prompts))
+    prompts = (prompts * wanted)[:wanted]
+    cells = {s: [] for s in systems}
+    for repeat in range(args.repeats or 1):
+        # Side by side: the systems take turns, in reverse order every other repeat, so
+        # that a drift of the machine's speed favours none of them.
+        order = list(systems.items())
+        for system, remote in order[::-1] if repeat % 2 else order:
+            if remote is None:
+                llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
+                llm._engine.trace = [] if args.trace else None
+                request = functools.partial(timed_request, llm, n_max=local[system])
+            else:
+                request = remote.stream
+            cell = run_cell(request, prompts, clients, max_tokens, temperature, through_eog)
+            cells[system].append(cell)
+            note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
+                 f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")
+            if remote is None and args.trace:
+                cell["steps"] = [dataclasses.asdict(step) for step in llm._engine.trace]
+                llm._engine.trace = None
+                note("  " + trace_summary(cell["steps"], clients))
+    return cells
 
 
 def trace_summary(steps: list[dict], clients: int) -> str:

@@ -335,20 +335,33 @@ class LlamaShape(Shape):
 
 def add_llama_routes(app: FastAPI, service) -> None:
     """Register llama-server's routes on `app`, served by `service` (:class:`.app.Service`)."""
+    eog_tokens(service.llm)  # a walk over the vocabulary, done now rather than in the first request
+    add_generation_routes(app, service)
+    add_token_routes(app, service)
+    add_state_routes(app, service)
+    add_unversioned_routes(app)
+
+
+def check_token_ids(llm, tokens: list[int], field: str) -> None:
+    """A 400 naming `field` when one of `tokens` is outside the model's vocabulary."""
+    bad = [t for t in tokens if not 0 <= t < llm.n_vocab()]
+    if bad:
+        raise APIError(400, f"{field}: token id {bad[0]} is outside the vocabulary of {llm.n_vocab()}", param=field)
+
+
+def check_model(name: Optional[str], model_name: str) -> None:
+    """A 404 when a body names a model other than the one served."""
+    if name not in (None, model_name):
+        raise APIError(404, f"The model `{name}` does not exist", param="model", code="model_not_found")
+
+
+def add_generation_routes(app: FastAPI, service) -> None:
+    """``/completion`` (and ``/completions``) and ``/infill``: generations, through
+    :meth:`Service.respond` as the /v1 routes go, shaped by :class:`LlamaShape`."""
     llm, model_name = service.llm, service.model_name
-    eog_tokens(llm)  # a walk over the vocabulary, done now rather than in the first request
-
-    def check_token_ids(tokens: list[int], field: str) -> None:
-        bad = [t for t in tokens if not 0 <= t < llm.n_vocab()]
-        if bad:
-            raise APIError(400, f"{field}: token id {bad[0]} is outside the vocabulary of {llm.n_vocab()}", param=field)
-
-    def check_model(name: Optional[str]) -> None:
-        if name not in (None, model_name):
-            raise APIError(404, f"The model `{name}` does not exist", param="model", code="model_not_found")
 
     async def complete(request: Request, body: LlamaCompletionBody, tokens: Optional[list[int]] = None):
-        check_model(body.model)
+        check_model(body.model, model_name)
         shape = LlamaShape(body, llm, model_name, tokens)
         return await service.respond(request, shape.openai_request(CompletionRequest), "create_completion", shape)
 
@@ -362,13 +375,13 @@ def add_llama_routes(app: FastAPI, service) -> None:
             body.prompt = prompt
             return await complete(request, body)
         if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            check_token_ids(prompt, "prompt")
+            check_token_ids(llm, prompt, "prompt")
             return await complete(request, body, list(prompt))
         raise APIError(400, "plookup serves one prompt per request, as a string or as token ids", param="prompt")
 
     @app.post("/infill")
     async def infill(request: Request, body: InfillBody):
-        check_model(body.model)
+        check_model(body.model, model_name)
         try:
             fim = check_fim(llm, model_name)
         except ValueError as e:
@@ -377,6 +390,12 @@ def add_llama_routes(app: FastAPI, service) -> None:
         n_predict = -1 if body.n_predict is None else body.n_predict
         tokens = infill_prompt(llm, fim, body.input_prefix, body.input_suffix, body.prompt, extra, n_predict)
         return await complete(request, body, tokens)
+
+
+def add_token_routes(app: FastAPI, service) -> None:
+    """``/tokenize``, ``/detokenize`` and ``/apply-template``: the model's tokenizer and chat
+    template, no generation."""
+    llm = service.llm
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeBody):
@@ -387,7 +406,7 @@ def add_llama_routes(app: FastAPI, service) -> None:
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeBody):
-        check_token_ids(body.tokens, "tokens")
+        check_token_ids(llm, body.tokens, "tokens")
         return {"content": llm.detokenize(body.tokens, special=True).decode("utf-8", errors="replace")}
 
     @app.post("/apply-template")
@@ -400,6 +419,12 @@ def add_llama_routes(app: FastAPI, service) -> None:
         except ValueError as e:
             raise APIError(400, str(e), param="messages") from e
         return {"prompt": llm.detokenize(tokens, special=True).decode("utf-8", errors="replace")}
+
+
+def add_state_routes(app: FastAPI, service) -> None:
+    """``/props`` and ``/slots`` (read only): the server's settings and its slots, in llama-server's
+    shapes."""
+    llm, model_name = service.llm, service.model_name
 
     def slot(index: int, busy: bool) -> dict:
         defaults = LlamaShape(LlamaCompletionBody(), llm, model_name).settings()
@@ -427,7 +452,10 @@ def add_llama_routes(app: FastAPI, service) -> None:
             raise APIError(503, "no slot available", type="unavailable_error", code="no_slot_available")
         return [slot(i, i < busy) for i in range(llm.parallel)]
 
-    # The OpenAI routes without their /v1, as llama-server also serves them: the same handlers.
+
+def add_unversioned_routes(app: FastAPI) -> None:
+    """The OpenAI routes without their /v1, as llama-server also serves them: the same handlers
+    (the /v1 routes must be registered already)."""
     for path, alias in (("/v1/chat/completions", "/chat/completions"), ("/v1/models", "/models")):
         route = next(r for r in app.router.routes if getattr(r, "path", None) == path)
         app.add_api_route(alias, route.endpoint, methods=list(route.methods))
