@@ -9,6 +9,7 @@ verify-cost curve. Every compared system runs in a worker process of its own.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -188,10 +189,11 @@ class Phase:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.rpc and not args.replay:
-        # Each worker would connect on its own; the server would leave the second unanswered.
-        raise ValueError("--rpc: the bench keeps every system loaded at once, and an RPC server serves one "
-                         "client at a time; examples/rpc_delay.py compares plain and plookup over RPC in turn")
+    if args.rpc and (args.concurrency or args.editor):
+        # Those runs keep every system loaded at once; a server would leave the second client unanswered.
+        raise ValueError("--rpc: --concurrency and --editor keep every system loaded at once, and an RPC "
+                         "server serves one client at a time; the single-stream comparison runs over RPC "
+                         "one system after another (examples/rpc_delay.py also adds link delays)")
     if args.cost_curve and not args.replay:
         raise ValueError("--cost-curve models a recorded run's drafts: give the run with --replay FILE")
     if args.replay:
@@ -365,13 +367,17 @@ def measure_reference(args: argparse.Namespace, phase: Phase) -> Reference:
     bounds = replay_bounds(cases, kinds, cost, args.max_draft)
     note("timing the drafters without the model")
     drafter_us = drafter_costs(llm, REPLAY_DRAFTERS, args.max_draft)
-    return Reference(workloads, prompts, outputs, cost, bounds, drafter_us, llm.token_eos(), llm.n_vocab())
+    reference = Reference(workloads, prompts, outputs, cost, bounds, drafter_us, llm.token_eos(), llm.n_vocab())
+    llm.close()  # now, not when collected: an RPC server serves the next system only once it is gone
+    return reference
 
 
 def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -> dict:
     """runs[system][workload]: every system in a worker process, taking turns on each workload."""
     from .systems import WorkerSystem
 
+    if phase.kwargs.get("rpc_servers"):
+        return run_systems_in_turn(args, names, phase, reference, repeats)
     systems = []
     try:
         for name in names:
@@ -388,6 +394,28 @@ def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -
     return runs
 
 
+def run_systems_in_turn(args, names, phase: Phase, reference: Reference, repeats: int) -> dict:
+    """run_systems over RPC servers, which serve one client at a time: each system loaded alone,
+    run on every workload, closed before the next; a drift of the machine's load then lands on
+    one system instead of being shared."""
+    from .systems import WorkerSystem
+
+    starts = [functools.partial(WorkerSystem, name, phase.kwargs, args.max_draft, args.temperature, args.memory,
+                                args.corpus) for name in names]
+    starts += server_starts(args, phase.kwargs, reference.eos)
+    progress = bench_report.Progress(repeats * len(reference.prompts) * len(starts))
+    runs = {}
+    for start in starts:
+        system = start()
+        try:
+            runs |= run_interleaved([system], reference.prompts, phase.max_tokens, repeats,
+                                    lambda s, w: progress.step(f"{s} {w}"))
+        finally:
+            system.close()
+    progress.finish()
+    return runs
+
+
 def find_server(args: argparse.Namespace):
     """The llama-server binary to compare against, or None (said)."""
     from .llama_server import find_llama_server
@@ -400,16 +428,25 @@ def find_server(args: argparse.Namespace):
 
 
 def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
+    return [start() for start in server_starts(args, kwargs, eos)]
+
+
+def server_starts(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
+    """A callable starting each llama-server system (none without the binary); over RPC servers
+    with llama-server's own --rpc, every layer on them as plookup's load puts them."""
     from .llama_server import SPEC_TYPES, ServerSystem
 
     binary = find_server(args)
     if binary is None:
         return []
-    started = []
-    for spec_type in SPEC_TYPES:
+    servers = kwargs.get("rpc_servers")
+    flags = ["--rpc", ",".join(servers), "-ngl", "99"] if servers else []
+
+    def start(spec_type):
         note(f"starting llama-server --spec-type {spec_type}")
-        started.append(ServerSystem(binary, spec_type, kwargs, eos))
-    return started
+        return ServerSystem(binary, spec_type, kwargs, eos, extra_flags=flags)
+
+    return [functools.partial(start, spec_type) for spec_type in SPEC_TYPES]
 
 
 def replay_bounds(cases, kinds: dict[str, str], cost, max_draft: int) -> dict[str, dict[str, float]]:
