@@ -2,13 +2,17 @@
 # llama-cpp-python compiles llama.cpp. The default native build uses CPU features (AMX) that crash
 # some machines with SIGILL, so it is built with portable flags unless you set CMAKE_ARGS yourself
 # (e.g. CMAKE_ARGS="-DGGML_METAL=on" on a Mac, "-DGGML_CUDA=on" with CUDA). The built wheel is kept
-# in ~/.cache/plookup/wheels/<hash of version and CMAKE_ARGS>, never in pip's cache, whose entries
-# ignore CMAKE_ARGS and would hand a native build back to a portable install.
+# in ~/.cache/plookup/wheels/<hash of version, CMAKE_ARGS and LEFT_OUT>, never in pip's cache, whose
+# entries ignore CMAKE_ARGS and would hand a native build back to a portable install.
 #
 # EXACT=1 (e.g. `make EXACT=1 test`) appends -DGGML_LLAMAFILE=OFF to whichever CMAKE_ARGS are in
 # force and uses .venv-exact: llamafile's batched kernels round differently from single-token
 # decoding, so without them verify batches can be bitwise equal to plain decoding (`plookup
 # doctor` says for which models), at the price of slower batches. See README, "Exactness".
+#
+# The two builds of a pair (the same CMAKE_ARGS with and without EXACT=1) share one CMake build
+# folder (see "Building the wheel" below), so the second recompiles only ggml-cpu, the one target
+# GGML_LLAMAFILE changes, instead of all of llama.cpp again.
 
 PYTHON ?= python3
 LLAMA_CPP_VERSION ?= 0.3.36
@@ -16,6 +20,8 @@ LLAMA_CPP_VERSION ?= 0.3.36
 # (`plookup rpc-server`, `--rpc HOST:PORT,...`); it adds a library, no CPU code.
 PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_RPC=ON
 CMAKE_ARGS ?= $(PORTABLE_CMAKE_ARGS)
+# The flags before EXACT adds its own: they name the build folder both builds of a pair share.
+BASE_CMAKE_ARGS := $(CMAKE_ARGS)
 ifeq ($(EXACT),1)
 override CMAKE_ARGS += -DGGML_LLAMAFILE=OFF
 VENV ?= .venv-exact
@@ -24,27 +30,89 @@ VENV ?= .venv
 endif
 PY := $(VENV)/bin/python
 export CMAKE_ARGS
-WHEEL_KEY := $(shell printf '%s %s' '$(LLAMA_CPP_VERSION)' '$(CMAKE_ARGS)' | sha1sum | cut -c1-12)
+
+# What every wheel leaves out, whatever CMAKE_ARGS say (shares of the compile time measured on 2
+# cores; plookup and its tests use neither):
+# - mtmd, llama-cpp-python's multimodal library (-DLLAVA_BUILD=OFF, 18%): llama_cpp opens it only
+#   inside its multimodal chat handlers (Llava15ChatHandler and the like).
+# - llama.cpp's common library and cpp-httplib (42%), which nothing in the wheel links or loads
+#   (cmake/skip-llama-common.cmake says how it is left out).
+# LEFT_OUT stands for them in the wheel's key (the arguments themselves hold the hook's path, which
+# differs between checkouts): change it with what is left out, so that no old wheel is reused.
+LEFT_OUT := mtmd llama-common
+flags_key = $(shell printf '%s %s' '$(LLAMA_CPP_VERSION)' '$(1)' | sha1sum | cut -c1-12)
+WHEEL_KEY := $(call flags_key,$(CMAKE_ARGS) without $(LEFT_OUT))
 WHEEL_DIR := $(HOME)/.cache/plookup/wheels/$(WHEEL_KEY)
+# The wheel for these flags if it was built before: then nothing is downloaded or compiled.
+WHEEL := $(wildcard $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl)
 STAMP := $(VENV)/.plookup-installed-$(WHEEL_KEY)
 
-LLAMA_SERVER := $(HOME)/.cache/plookup/llama-server/$(WHEEL_KEY)/llama-server
+# Building the wheel: from llama-cpp-python's sdist unpacked once into LLAMA_SRC, by
+# scikit-build-core with a build folder that persists (its `build-dir` setting), one per BASE_CMAKE_ARGS
+# (named after the default build's wheel key), so objects that neither flag set changes are
+# compiled once. pip runs it without build isolation, from a venv of its own (LLAMA_BUILD_VENV)
+# holding what an isolated build would have installed: scikit-build-core forgets a build folder
+# made from another environment (an isolated build's temporary one differs every time).
+LLAMA_BUILD_ROOT := $(HOME)/.cache/plookup/llama-build/$(LLAMA_CPP_VERSION)
+LLAMA_SRC := $(LLAMA_BUILD_ROOT)/src
+LLAMA_BUILD_VENV := $(LLAMA_BUILD_ROOT)/venv
+LLAMA_BUILD_PY := $(LLAMA_BUILD_VENV)/bin/python
+BUILD_KEY := $(call flags_key,$(BASE_CMAKE_ARGS) without $(LEFT_OUT))
+LLAMA_BUILD_DIR := $(LLAMA_BUILD_ROOT)/build-$(BUILD_KEY)
+# CMake arguments the build passes before CMAKE_ARGS (scikit-build-core's cmake.args, `;` between
+# them; CMAKE_ARGS reaches it as ever, from the environment, and comes after): LEFT_OUT's, and
+# -DGGML_LLAMAFILE=ON. A CMake cache variable keeps its last value, so a default build after an
+# exact one in the same folder must set GGML_LLAMAFILE back; EXACT's -DGGML_LLAMAFILE=OFF, or your
+# own, comes later and wins. It is not in WHEEL_KEY: a build that says nothing of llamafile has it on.
+LLAMA_BUILD_ARGS := -DGGML_LLAMAFILE=ON;-DLLAVA_BUILD=OFF;-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/cmake/skip-llama-common.cmake
 
-.PHONY: install demo test test-fast test-unit test-model test-server test-slow test-exact bench aider-demo llama-server clean
+# llama-server is built from llama.cpp alone (LEFT_OUT does not apply): keyed by the flags only.
+LLAMA_SERVER := $(HOME)/.cache/plookup/llama-server/$(call flags_key,$(CMAKE_ARGS))/llama-server
+
+.PHONY: install llama-wheel demo test test-fast test-unit test-model test-server test-slow test-exact bench aider-demo llama-server clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(if $(WHEEL),,llama-wheel)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	@if ! ls $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
-		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) with CMAKE_ARGS='$(CMAKE_ARGS)' (5-10 min, once)"; \
-		mkdir -p $(WHEEL_DIR) && \
-		$(PY) -m pip wheel --no-cache-dir --no-deps "llama-cpp-python==$(LLAMA_CPP_VERSION)" -w $(WHEEL_DIR); \
-	fi
 	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
 	$(PY) -m pip install -q -e ".[test,bench]"
 	rm -f $(VENV)/.plookup-installed-*
+	touch $@
+
+# Builds the wheel for CMAKE_ARGS into WHEEL_DIR (`install` does when WHEEL_DIR has none). The
+# sources' llama_cpp/lib is emptied first: llama-cpp-python's CMakeLists also installs the libraries
+# there, and the wheel would take along whatever an earlier build of other flags left. The lock on
+# file descriptor 9 (where flock exists) keeps two builds from sharing the sources at once.
+llama-wheel: $(LLAMA_SRC)/.unpacked $(LLAMA_BUILD_VENV)/.ready
+	@echo "building llama-cpp-python $(LLAMA_CPP_VERSION) with CMAKE_ARGS='$(CMAKE_ARGS)' in $(LLAMA_BUILD_DIR)" \
+		"(a few minutes the first time; the other build of the pair then recompiles only ggml-cpu)"
+	mkdir -p $(WHEEL_DIR)
+	( if command -v flock >/dev/null; then flock 9; fi && rm -rf $(LLAMA_SRC)/llama_cpp/lib && \
+		$(LLAMA_BUILD_PY) -m pip wheel --no-cache-dir --no-deps --no-build-isolation $(LLAMA_SRC) -w $(WHEEL_DIR) \
+			--config-settings=build-dir=$(LLAMA_BUILD_DIR) --config-settings="cmake.args=$(LLAMA_BUILD_ARGS)" \
+	) 9>$(LLAMA_SRC).lock
+
+# llama-cpp-python's sdist (llama.cpp included), unpacked once per version; `make llama-server` builds
+# from it too. --no-binary names the one package: with :all: pip also compiled the build backend's
+# own dependencies from source to read the sdist's metadata (59 s against 7.5 s with a cold cache).
+$(LLAMA_SRC)/.unpacked:
+	rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)
+	@tmp=$$(mktemp -d) && \
+	$(PYTHON) -m pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$(LLAMA_CPP_VERSION)" -d $$tmp && \
+	tar xzf $$tmp/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $(LLAMA_SRC) --strip-components=1 && rm -rf $$tmp
+	touch $@
+
+# The build's own venv: llama-cpp-python's build-system requirement (scikit-build-core>=0.9.2, its
+# "pyproject" extra gone from current releases), and CMake or Ninja from PyPI only where
+# scikit-build-core asks for them (none on the PATH, or too old), as an isolated build would.
+$(LLAMA_BUILD_VENV)/.ready: | $(LLAMA_SRC)/.unpacked
+	rm -rf $(LLAMA_BUILD_VENV) && $(PYTHON) -m venv $(LLAMA_BUILD_VENV)
+	$(LLAMA_BUILD_PY) -m pip install -q --upgrade pip
+	$(LLAMA_BUILD_PY) -m pip install -q "scikit-build-core>=0.9.2"
+	cd $(LLAMA_SRC) && $(LLAMA_BUILD_PY) -c 'import subprocess, sys, scikit_build_core.build as b; \
+		r = b.get_requires_for_build_wheel(); r and subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *r])'
 	touch $@
 
 # MODEL: a GGUF file or a name of `plookup models list` (code models are fetched from PyPI once).
@@ -101,11 +169,10 @@ bench: install
 # flags as the Python bindings), once.
 llama-server: $(LLAMA_SERVER)
 
-$(LLAMA_SERVER):
+# (The sources only when it is missing: make would fetch a missing order-only prerequisite anyway.)
+$(LLAMA_SERVER): | $(if $(wildcard $(LLAMA_SERVER)),,$(LLAMA_SRC)/.unpacked)
 	@tmp=$$(mktemp -d) && \
-	$(PYTHON) -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$(LLAMA_CPP_VERSION)" -d $$tmp && \
-	tar xzf $$tmp/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $$tmp && \
-	cmake -S $$tmp/llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp -B $$tmp/build $(CMAKE_ARGS) \
+	cmake -S $(LLAMA_SRC)/vendor/llama.cpp -B $$tmp/build $(CMAKE_ARGS) \
 		-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF && \
 	cmake --build $$tmp/build --target llama-server -j$$(nproc) && \
 	mkdir -p $(dir $@) && cp $$tmp/build/bin/llama-server $@ && rm -rf $$tmp
