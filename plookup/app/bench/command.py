@@ -373,45 +373,31 @@ def measure_reference(args: argparse.Namespace, phase: Phase) -> Reference:
 
 
 def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -> dict:
-    """runs[system][workload]: every system in a worker process, taking turns on each workload."""
+    """runs[system][workload]: every system in a worker process (llama-server's in their own),
+    taking turns on each workload. Over RPC servers, which serve one client at a time, each system
+    is loaded alone instead, run on every workload and closed before the next: a drift of the
+    machine's load then lands on one system instead of being shared."""
     from .systems import WorkerSystem
 
-    if phase.kwargs.get("rpc_servers"):
-        return run_systems_in_turn(args, names, phase, reference, repeats)
-    systems = []
-    try:
-        for name in names:
-            note(f"starting {name}")
-            systems.append(WorkerSystem(name, phase.kwargs, args.max_draft, args.temperature, args.memory, args.corpus))
-        systems += start_servers(args, phase.kwargs, reference.eos)
-        progress = bench_report.Progress(repeats * len(reference.prompts) * len(systems))
-        runs = run_interleaved(systems, reference.prompts, phase.max_tokens, repeats,
-                               lambda s, w: progress.step(f"{s} {w}"))
-        progress.finish()
-    finally:
-        for system in systems:
-            system.close()
-    return runs
+    def worker(name):
+        note(f"starting {name}")
+        return WorkerSystem(name, phase.kwargs, args.max_draft, args.temperature, args.memory, args.corpus)
 
-
-def run_systems_in_turn(args, names, phase: Phase, reference: Reference, repeats: int) -> dict:
-    """run_systems over RPC servers, which serve one client at a time: each system loaded alone,
-    run on every workload, closed before the next; a drift of the machine's load then lands on
-    one system instead of being shared."""
-    from .systems import WorkerSystem
-
-    starts = [functools.partial(WorkerSystem, name, phase.kwargs, args.max_draft, args.temperature, args.memory,
-                                args.corpus) for name in names]
-    starts += server_starts(args, phase.kwargs, reference.eos)
-    progress = bench_report.Progress(repeats * len(reference.prompts) * len(starts))
-    runs = {}
-    for start in starts:
-        system = start()
+    starts = [functools.partial(worker, name) for name in names] + server_starts(args, phase.kwargs, reference.eos)
+    groups = [[start] for start in starts] if phase.kwargs.get("rpc_servers") else [starts]
+    progress, runs = None, {}
+    for group in groups:
+        systems = []
         try:
-            runs |= run_interleaved([system], reference.prompts, phase.max_tokens, repeats,
+            for start in group:
+                systems.append(start())
+            # Timed from when the first systems are up: the time left is the runs' (and later loads').
+            progress = progress or bench_report.Progress(repeats * len(reference.prompts) * len(starts))
+            runs |= run_interleaved(systems, reference.prompts, phase.max_tokens, repeats,
                                     lambda s, w: progress.step(f"{s} {w}"))
         finally:
-            system.close()
+            for system in systems:
+                system.close()
     progress.finish()
     return runs
 
@@ -425,10 +411,6 @@ def find_server(args: argparse.Namespace):
         where = args.llama_server or "llama-server on PATH"
         note(f"skipping llama-server systems: {where} not found (give one with --llama-server PATH)")
     return binary
-
-
-def start_servers(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
-    return [start() for start in server_starts(args, kwargs, eos)]
 
 
 def server_starts(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
