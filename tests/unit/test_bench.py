@@ -449,3 +449,21 @@ def test_apply_workloads_send_the_old_file_and_its_diff_from_two_release_wheels(
     assert load.kind == "apply" and load.name == "apply:pkg-1.0..1.1:pkg/a.py"
     prompt = load.messages[-1]["content"]
     assert f"```python\n{body}```" in prompt and "-    return x + 7\n+    return x + 70\n" in prompt
+
+
+def test_a_cells_decode_rate_weighs_every_token_once():
+    # One request of 1001 tokens decoded at 20 tok/s and one of 10 whose tokens came in one chunk
+    # (llama-server's streams carry several at once): the cell decodes at about 20 tok/s, where a
+    # mean of the two requests' rates would read thousands.
+    from plookup.app.bench.concurrency import run_cell
+
+    def request(prompt, max_tokens, temperature, seed, through_eog):
+        start = 100.0 * seed
+        step = 0.05 if prompt == "long" else 1e-6
+        times = [start + 1.0 + step * i for i in range(1001 if prompt == "long" else 10)]
+        return dict(start=start, times=times, tokens=None, forward_passes=None, accepted=None)
+
+    cell = run_cell(request, ["long", "short"], clients=1, max_tokens=2000, temperature=0.0)
+    assert cell["decode_tokens_per_second"] == pytest.approx(1009 / (50.0 + 9e-6))
+    assert [r["tokens"] for r in cell["requests"]] == [1001, 10]
+    assert cell["requests"][0]["ttft"] == pytest.approx(1.0)

@@ -135,15 +135,20 @@ def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature:
     tokens = sum(len(r["times"]) for r in done)
     ttft = [r["times"][0] - r["start"] for r in done if r["times"]]
     itl = [b - a for r in done for a, b in zip(r["times"], r["times"][1:])]
-    rates = [(len(r["times"]) - 1) / (r["times"][-1] - r["times"][0]) for r in done if len(r["times"]) > 1]
+    # Each client's decode rate weighs every token once: a mean of per-request rates would let a
+    # request of a few tokens (or a streamed chunk of several) count as much as one of thousands.
+    decoding = [(len(r["times"]) - 1, r["times"][-1] - r["times"][0]) for r in done if len(r["times"]) > 1]
+    decode_seconds = sum(seconds for _, seconds in decoding)
     return dict(
         tokens_per_second=tokens / wall, tokens=tokens, seconds=wall,
-        decode_tokens_per_second=clients * float(np.mean(rates)) if rates else 0.0,
+        decode_tokens_per_second=clients * sum(n for n, _ in decoding) / decode_seconds if decode_seconds else 0.0,
         ttft_p50=float(np.percentile(ttft, 50)), ttft_p95=float(np.percentile(ttft, 95)),
         itl_p50=float(np.percentile(itl, 50)) if itl else 0.0, itl_p95=float(np.percentile(itl, 95)) if itl else 0.0,
         passes_per_token=None if any(r["forward_passes"] is None for r in done)
         else sum(r["forward_passes"] for r in done) / max(1, tokens),
         outputs=outputs,  # each request's tokens, where the system reports them (plookup's)
+        requests=[dict(tokens=len(r["times"]), ttft=r["times"][0] - r["start"],
+                       decode_seconds=r["times"][-1] - r["times"][0]) for r in done if r["times"]],
     )
 
 
