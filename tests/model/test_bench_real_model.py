@@ -103,3 +103,20 @@ def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys
     assert with_memory["accepted_from_memory"] > 0 and without["accepted_from_memory"] == 0
     assert with_memory["accepted"] > without["accepted"]
     assert memory.read_bytes() == saved  # read only: the bench's own requests are not added
+
+
+def test_live_memory_system_drafts_a_repeat_from_the_earlier_answer(tmp_path):
+    # As `plookup serve` by default and llama-server's ngram-mod pool: the second run of a question
+    # drafts from the first one's answer; the suffix drafter alone has no memory to draw on.
+    workloads = tmp_path / "w.jsonl"
+    workloads.write_text(json.dumps({"name": "ask", "kind": "free",
+                                     "messages": [{"role": "user", "content": "What is a list?"}]}) + "\n")
+    out_json = tmp_path / "b.json"
+    argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix,plookup-live-memory",
+            "--repeats", "2", "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024", "--json", str(out_json)]
+    assert cli.main(argv) == 0
+    summary = json.loads(out_json.read_text())["summary"]
+    live, alone = summary["plookup-live-memory"]["ask"], summary["plookup-suffix"]["ask"]
+    assert live["accepted_from_memory"] > 0 and alone["accepted_from_memory"] == 0
+    assert live["accepted"] > alone["accepted"]
+    assert live["identical"] or live["divergence"]["gap"] < NEAR_TIE["smollm2"]

@@ -34,7 +34,7 @@ from .measure import (
     system_overview,
 )
 from .replay import load_recorded, replay, replay_speedups
-from .systems import BACKEND_SYSTEM, CORPUS_SYSTEM, IN_PROCESS_SYSTEMS, MEMORY_SYSTEM
+from .systems import BACKEND_SYSTEM, CORPUS_SYSTEM, IN_PROCESS_SYSTEMS, LIVE_MEMORY_SYSTEM, MEMORY_SYSTEM
 from .workloads import whole_file_workloads
 
 note = notes("bench")
@@ -44,8 +44,10 @@ QUICK_REPEATS, QUICK_MAX_TOKENS = 1, 96
 REPLAY_DRAFTERS = ("suffix", "ngram")
 # Whole-file edits: a 200-400-line module in and out, about 3k tokens each way.
 DEFAULT_WHOLE_FILES, WHOLE_FILE_N_CTX, WHOLE_FILE_MAX_TOKENS = 2, 8192, 3500
-# llama_cpp's PLD (draft_model) keeps n_vocab x n_ctx float32 logits; past this it is not run.
-PLD_LOGITS_LIMIT = 1 << 30
+# llama_cpp's PLD (draft_model) keeps n_vocab x n_ctx float32 logits (4.6 GiB for Qwen2.5-Coder at
+# n_ctx 8192); past this share of the machine's memory it is not run, as its systems and the
+# others are all loaded at once.
+PLD_MEMORY_SHARE = 0.25
 
 
 def register(commands) -> None:
@@ -76,7 +78,8 @@ def add_comparison_options(bench) -> None:
     bench.add_argument("--systems", default=",".join(IN_PROCESS_SYSTEMS),
                        help=f"comma-separated in-process systems (default: {', '.join(IN_PROCESS_SYSTEMS)}; "
                             f"plain is required; {BACKEND_SYSTEM}: the suffix drafter with greedy rows sampled "
-                            f"on the backend)")
+                            f"on the backend; {LIVE_MEMORY_SYSTEM}: the suffix drafter with a memory every request "
+                            f"joins, as `plookup serve` runs by default, so a repeat drafts from the earlier answer)")
     bench.add_argument("--memory", metavar="PATH",
                        help=f"also run {MEMORY_SYSTEM}: the suffix drafter with the cross-request memory that "
                             "`serve`/`generate --memory PATH` saved, read only (the bench's own requests "
@@ -317,10 +320,12 @@ def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
     reference = measure_reference(args, phase)
     systems = list(phase.systems)
     logits_bytes = 4 * reference.n_vocab * phase.kwargs["n_ctx"]
-    if "pld" in systems and logits_bytes > PLD_LOGITS_LIMIT:
+    limit = PLD_MEMORY_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if "pld" in systems and logits_bytes > limit:
         systems.remove("pld")  # llama_cpp's speculative path keeps logits for every context position
         note(f"skipping pld here: its logits_all buffer (n_vocab {reference.n_vocab} x n_ctx "
-             f"{phase.kwargs['n_ctx']} x 4 B = {logits_bytes / 2**30:.1f} GiB) is more than a user would allocate")
+             f"{phase.kwargs['n_ctx']} x 4 B = {logits_bytes / 2**30:.1f} GiB) is more than "
+             f"{PLD_MEMORY_SHARE:.0%} of this machine's memory ({limit / PLD_MEMORY_SHARE / 2**30:.0f} GiB)")
     runs = run_systems(args, systems, phase, reference, repeats)
     kinds = reference.kinds
     summary = {s: {w: summarize(runs[s][w], *reference.outputs[w]) for w in kinds} for s in runs}

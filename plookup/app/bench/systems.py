@@ -30,15 +30,17 @@ from .replay import score_drafts
 IN_PROCESS_SYSTEMS = ("plain", "pld", "plookup-suffix", "plookup-ngram")
 # The suffix drafter with a cross-request memory read from a file (`plookup bench --memory PATH`).
 MEMORY_SYSTEM = "plookup-memory"
-# plookup's systems and the drafter each runs.
+# The suffix drafter with a memory that every request joins, as `plookup serve` runs by default:
+# a repeat drafts from the earlier run's answer, as llama-server's ngram-mod pool does.
+LIVE_MEMORY_SYSTEM = "plookup-live-memory"
 # The suffix drafter with a corpus index read from a file (`plookup bench --corpus FILE`).
 CORPUS_SYSTEM = "plookup-corpus"
 # The suffix drafter with greedy rows sampled on the backend (plookup.verify.backend), whatever
 # --backend-sampling or the doctor chose for the others.
 BACKEND_SYSTEM = "plookup-backend"
 PLOOKUP_DRAFTERS = {
-    "plookup-suffix": "suffix", "plookup-ngram": "ngram", MEMORY_SYSTEM: "suffix", CORPUS_SYSTEM: "suffix",
-    BACKEND_SYSTEM: "suffix",
+    "plookup-suffix": "suffix", "plookup-ngram": "ngram", MEMORY_SYSTEM: "suffix", LIVE_MEMORY_SYSTEM: "suffix",
+    CORPUS_SYSTEM: "suffix", BACKEND_SYSTEM: "suffix",
 }
 # llama_cpp's prompt-lookup drafter proposes this many tokens (its own default).
 PLD_DRAFT_TOKENS = 10
@@ -161,14 +163,18 @@ def build_local(
         from ...api.llama import Llama
         from ...draft.drafters import make_drafter
 
-        memory = frozen_memory(memory_path, model_kwargs["model_path"]) if name == MEMORY_SYSTEM else None
+        memory = None
+        if name == MEMORY_SYSTEM:
+            memory = frozen_memory(memory_path, model_kwargs["model_path"])
+        elif name == LIVE_MEMORY_SYSTEM:
+            memory = GlobalMemory()  # serve's default bound
         if name == CORPUS_SYSTEM and corpus_path is None:
             raise ValueError(f"{CORPUS_SYSTEM} drafts from a corpus index: give it with --corpus FILE")
         drafter = make_drafter(PLOOKUP_DRAFTERS[name], max_draft, memory)
         corpus = corpus_path if name == CORPUS_SYSTEM else None
         kwargs = dict(model_kwargs, backend_sampling=True) if name == BACKEND_SYSTEM else model_kwargs
         return LocalSystem(name, Llama(drafter=drafter, corpus=corpus, **kwargs), temperature)
-    known = (*IN_PROCESS_SYSTEMS, MEMORY_SYSTEM, CORPUS_SYSTEM, BACKEND_SYSTEM)
+    known = (*IN_PROCESS_SYSTEMS, MEMORY_SYSTEM, LIVE_MEMORY_SYSTEM, CORPUS_SYSTEM, BACKEND_SYSTEM)
     raise ValueError(f"unknown system {name!r}; known: {', '.join(known)}")
 
 
