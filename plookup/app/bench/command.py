@@ -320,12 +320,13 @@ def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
     reference = measure_reference(args, phase)
     systems = list(phase.systems)
     logits_bytes = 4 * reference.n_vocab * phase.kwargs["n_ctx"]
-    limit = PLD_MEMORY_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = PLD_MEMORY_SHARE * memory
     if "pld" in systems and logits_bytes > limit:
         systems.remove("pld")  # llama_cpp's speculative path keeps logits for every context position
         note(f"skipping pld here: its logits_all buffer (n_vocab {reference.n_vocab} x n_ctx "
              f"{phase.kwargs['n_ctx']} x 4 B = {logits_bytes / 2**30:.1f} GiB) is more than "
-             f"{PLD_MEMORY_SHARE:.0%} of this machine's memory ({limit / PLD_MEMORY_SHARE / 2**30:.0f} GiB)")
+             f"{PLD_MEMORY_SHARE:.0%} of this machine's memory ({memory / 2**30:.0f} GiB)")
     runs = run_systems(args, systems, phase, reference, repeats)
     kinds = reference.kinds
     summary = {s: {w: summarize(runs[s][w], *reference.outputs[w]) for w in kinds} for s in runs}

@@ -132,23 +132,25 @@ def run_cell(request, prompts: list, clients: int, max_tokens: int, temperature:
         done = list(pool.map(lambda a: request(a[1], max_tokens, temperature, a[0], through_eog), enumerate(prompts)))
     wall = time.perf_counter() - start
     outputs = [r.get("tokens") for r in done]
-    tokens = sum(len(r["times"]) for r in done)
-    ttft = [r["times"][0] - r["start"] for r in done if r["times"]]
+    requests = [dict(tokens=len(r["times"]), ttft=r["times"][0] - r["start"],
+                     decode_seconds=r["times"][-1] - r["times"][0]) for r in done if r["times"]]
+    tokens = sum(r["tokens"] for r in requests)
+    ttft = [r["ttft"] for r in requests]
     itl = [b - a for r in done for a, b in zip(r["times"], r["times"][1:])]
-    # Each client's decode rate weighs every token once: a mean of per-request rates would let a
-    # request of a few tokens (or a streamed chunk of several) count as much as one of thousands.
-    decoding = [(len(r["times"]) - 1, r["times"][-1] - r["times"][0]) for r in done if len(r["times"]) > 1]
-    decode_seconds = sum(seconds for _, seconds in decoding)
+    # Each client's decode rate weighs every token once (the tokens after each request's first over
+    # the time they took): a mean of per-request rates would let a request of a few tokens (or a
+    # streamed chunk of several) count as much as one of thousands.
+    decode_seconds = sum(r["decode_seconds"] for r in requests)
+    decoded = sum(r["tokens"] - 1 for r in requests)
     return dict(
         tokens_per_second=tokens / wall, tokens=tokens, seconds=wall,
-        decode_tokens_per_second=clients * sum(n for n, _ in decoding) / decode_seconds if decode_seconds else 0.0,
+        decode_tokens_per_second=clients * decoded / decode_seconds if decode_seconds else 0.0,
         ttft_p50=float(np.percentile(ttft, 50)), ttft_p95=float(np.percentile(ttft, 95)),
         itl_p50=float(np.percentile(itl, 50)) if itl else 0.0, itl_p95=float(np.percentile(itl, 95)) if itl else 0.0,
         passes_per_token=None if any(r["forward_passes"] is None for r in done)
         else sum(r["forward_passes"] for r in done) / max(1, tokens),
         outputs=outputs,  # each request's tokens, where the system reports them (plookup's)
-        requests=[dict(tokens=len(r["times"]), ttft=r["times"][0] - r["start"],
-                       decode_seconds=r["times"][-1] - r["times"][0]) for r in done if r["times"]],
+        requests=requests,
     )
 
 
