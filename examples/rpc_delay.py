@@ -107,7 +107,7 @@ def decode_local(llm, prompt: list[int], max_tokens: int) -> tuple[list[int], fl
 def decode_server(server: ServerSystem, prompt: list[int], max_tokens: int) -> tuple[list[int], float, None]:
     """Greedy decoding by llama-server: its tokens and its own generation time, which runs from
     the first token to the last (timings.predicted_ms), as decode_local's does."""
-    request = server._completion(prompt, max_tokens, temperature=0.0, top_k=1)
+    request = server.completion_request(prompt, max_tokens, temperature=0.0, top_k=1)
     with urllib.request.urlopen(request) as r:
         reply = json.load(r)
     return list(reply["tokens"]), reply["timings"]["predicted_ms"] / 1000, None

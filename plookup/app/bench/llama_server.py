@@ -91,7 +91,7 @@ class ServerSystem:
             self.close()
             raise
 
-    def _completion(self, prompt: Sequence[int], max_tokens: int, **options) -> urllib.request.Request:
+    def completion_request(self, prompt: Sequence[int], max_tokens: int, **options) -> urllib.request.Request:
         """A /completion request for the prompt's tokens, prompt caching off."""
         body = dict(prompt=list(map(int, prompt)), n_predict=max_tokens, cache_prompt=False, return_tokens=True,
                     **options)
@@ -100,7 +100,7 @@ class ServerSystem:
         )
 
     def run(self, prompt: Sequence[int], max_tokens: int) -> dict:
-        request = self._completion(prompt, max_tokens, temperature=0.0, top_k=1)
+        request = self.completion_request(prompt, max_tokens, temperature=0.0, top_k=1)
         start = time.perf_counter()
         with urllib.request.urlopen(request) as r:
             reply = json.load(r)
@@ -112,7 +112,7 @@ class ServerSystem:
         """One streamed request of up to `max_tokens` tokens: the time each token reached the
         client, the end-of-generation token included (the server does not send it);
         `through_eog`: on past end-of-generation tokens (llama-server's ignore_eos)."""
-        request = self._completion(prompt, max_tokens, temperature=temperature, seed=seed, stream=True,
+        request = self.completion_request(prompt, max_tokens, temperature=temperature, seed=seed, stream=True,
                                    ignore_eos=through_eog)
         start, times = time.perf_counter(), []
         with urllib.request.urlopen(request) as r:
