@@ -196,11 +196,17 @@ def test_every_route_but_health_needs_the_key(guarded):
 
 LONG = {"prompt": COUNT_PROMPT, "max_tokens": 1500, "temperature": 0}  # counts on and on
 SHORT = {"prompt": COUNT_PROMPT, "max_tokens": 20, "temperature": 0}
+# The same requests on llama-server's own route (its n_predict; its answer's text is "content").
+LLAMA = {"prompt": COUNT_PROMPT, "temperature": 0}
+ROUTES = {
+    "/v1/completions": (LONG, SHORT, lambda answer: answer["choices"][0]["text"]),
+    "/completion": (dict(LLAMA, n_predict=1500), dict(LLAMA, n_predict=20), lambda answer: answer["content"]),
+}
 
 
-def start(url: str, body: dict) -> http.client.HTTPConnection:
+def start(url: str, body: dict, path: str = "/v1/completions") -> http.client.HTTPConnection:
     connection = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=120)
-    connection.request("POST", "/v1/completions", json.dumps(body),
+    connection.request("POST", path, json.dumps(body),
                        {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
     return connection
 
@@ -212,26 +218,30 @@ def wait_for_queue(url: str, depth: int) -> None:
         time.sleep(0.05)
 
 
-def test_full_queue_is_429_with_retry_after(guarded):
-    holder = start(guarded, {**LONG, "stream": True})  # holds the model
+@pytest.mark.parametrize("path", ROUTES)
+def test_full_queue_is_429_with_retry_after(guarded, path):
+    long, short, _ = ROUTES[path]
+    holder = start(guarded, {**long, "stream": True}, path)  # holds the model
     stream = holder.getresponse()
     assert stream.status == 200 and stream.readline().startswith(b"data: {")
-    waiter = start(guarded, LONG)  # waits for it (--max-queue 1)
+    waiter = start(guarded, long, path)  # waits for it (--max-queue 1)
     wait_for_queue(guarded, 1)
-    status, headers, answer = call(guarded, "/v1/completions", SHORT, KEY)
+    status, headers, answer = call(guarded, path, short, KEY)
     assert status == 429 and answer["error"]["code"] == "queue_full" and int(headers["Retry-After"]) >= 1
     holder.close()
     waiter.close()
     wait_for_queue(guarded, 0)  # the waiter got the model once the holder left
-    assert call(guarded, "/v1/completions", SHORT, KEY)[0] == 200
+    assert call(guarded, path, short, KEY)[0] == 200
 
 
-def test_a_non_streamed_request_whose_client_hangs_up_stops_generating(guarded):
+@pytest.mark.parametrize("path", ROUTES)
+def test_a_non_streamed_request_whose_client_hangs_up_stops_generating(guarded, path):
+    long, short, text = ROUTES[path]
     read = lambda name: metric(guarded, name, KEY)  # noqa: E731
     before_tokens, before_steps = read("plookup_generated_tokens_total"), read("plookup_steps_total")
-    abandoned = start(guarded, LONG)
+    abandoned = start(guarded, long, path)
     # It generates for 10 steps, its client leaves, and it ends within a step or two of that.
     assert steps_after_hang_up(read, abandoned.close, before_steps) <= STEPS_AFTER_HANG_UP
-    assert call(guarded, "/v1/completions", SHORT, KEY)[2]["choices"][0]["text"] == COUNT_TEXT  # not wedged
+    assert text(call(guarded, path, short, KEY)[2]) == COUNT_TEXT  # not wedged
     # Its stats are counted (before the model is let go): a token a step at least, the prefill's aside.
     assert read("plookup_generated_tokens_total") - before_tokens - 20 >= 9

@@ -444,6 +444,132 @@ def test_llamacpp_metrics_count_what_the_answer_reports(coder):
     assert after['plookup_requests_total{"path": "/completion", "status": "200"}'] >= 1
 
 
+def test_completion_of_several_prompts_and_of_mixed_ones(coder, coder_llm, plain):
+    """A list of prompts (texts or token ids) is an answer each, in a list; token ids mixed with
+    texts are one prompt, the texts tokenized in place (the first with the model's BOS)."""
+    ids = prompt_tokens(coder_llm, CODE)
+    body = {"n_predict": 6, "temperature": 0, "return_tokens": True}
+    several = coder.post("/completion", json=dict(body, prompt=[CODE, ids, "x = 1\n"])).json()
+    assert isinstance(several, list) and len(several) == 3
+    for answer in several[:2]:
+        assert answer["tokens_evaluated"] == len(ids)
+        assert_plains(plain, ids, answer["tokens"])
+    assert several[2]["tokens_evaluated"] == len(prompt_tokens(coder_llm, "x = 1\n"))
+    head = prompt_tokens(coder_llm, "def ")
+    tail = coder_llm.tokenize(b"fibonacci(n):\n", add_bos=False, special=True)
+    mixed = coder.post("/completion", json=dict(body, prompt=["def ", *tail])).json()
+    assert mixed["tokens_evaluated"] == len(head) + len(tail)
+    assert_plains(plain, head + tail, mixed["tokens"], at_least=4)  # this prompt meets a near-tie at 5 tokens
+    assert coder.post("/completion", json=dict(body, prompt=[ids])).json()["tokens"] == several[1]["tokens"]
+
+
+def test_prediction_is_drafted_on_completion_and_infill(coder, coder_llm, plain):
+    """OpenAI's Predicted Outputs on llama-server's routes: the predicted text is drafted (the
+    answer is not in the prompt, so without it little is) and the answer is still the model's."""
+    infill = {"input_extra": EXTRA, "input_prefix": PREFIX, "prompt": MIDDLE, "input_suffix": SUFFIX}
+    for route, body, prompt in (("/completion", {"prompt": CODE}, prompt_tokens(coder_llm, CODE)),
+                                ("/infill", infill, fim_prompt(coder_llm, n_predict=24))):
+        body = dict(body, n_predict=24, temperature=0, return_tokens=True)
+        first = coder.post(route, json=body).json()
+        predicted = coder.post(route, json=dict(body, prediction={"type": "content", "content": first["content"]}))
+        answer = predicted.json()
+        assert_plains(plain, prompt, answer["tokens"])
+        assert answer["timings"]["draft_n_accepted"] >= first["timings"]["draft_n_accepted"] + 8, route
+
+
+def test_generation_settings_report_the_drafts_as_served(coder, coder_llm):
+    body = {"prompt": CODE, "n_predict": 4, "temperature": 0}
+    settings = coder.post("/completion", json=body).json()["generation_settings"]
+    assert settings["speculative"] is True and settings["speculative.n_max"] == coder_llm.max_draft > 0
+    plain_answer = coder.post("/completion", json=dict(body, speculative={"n_max": 0})).json()
+    assert plain_answer["generation_settings"]["speculative"] is False
+    assert plain_answer["generation_settings"]["speculative.n_max"] == 0 and plain_answer["timings"]["draft_n"] == 0
+    asked = {"n_max": 10**6, "n_min": 2, "p_min": 0.5}
+    settings = coder.post("/completion", json=dict(body, speculative=asked)).json()["generation_settings"]
+    assert [settings[f"speculative.{k}"] for k in ("n_max", "n_min", "p_min")] == [coder_llm.max_draft, 2, 0.5]
+
+
+@pytest.mark.exact_build
+@pytest.mark.budget(90)
+def test_new_routes_give_plains_tokens_in_full_where_the_build_is_exact(model_path):
+    """On Qwen2.5-Coder's Q8_0 requantization (one quantization type: exact in the exact build), a
+    FIM request's n_cmpl completions (the later ones find the prompt cached) and a streamed
+    /completion are plain greedy decoding's tokens, every one where the probe says exact; else up
+    to the first near-tie (as the tests above)."""
+    from plookup.app.models import resolve_model
+    from plookup.measure.settings import llamafile_in_build
+
+    path = resolve_model(f"{CODER}:q8_0")
+    plain = llama_cpp.Llama(path, **LLAMA_KWARGS)
+    spec = plookup.Llama(path, cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
+    assert spec.exact == (not llamafile_in_build())
+    # a prefix whose lines repeat: the answer goes on with them, drafted from the prompt
+    body = {"input_extra": EXTRA, "input_prefix": COPIED, "prompt": "", "input_suffix": SUFFIX,
+            "n_predict": 32, "temperature": 0, "return_tokens": True}
+    prompt = fim_prompt(spec, prefix=COPIED, middle="", n_predict=32)
+    with TestClient(create_app(spec, "qwen-q8_0")) as client:
+        answers = client.post("/infill", json=dict(body, n_cmpl=2)).json()
+        with client.stream("POST", "/completion", json={"prompt": prompt, "n_predict": 32, "temperature": 0,
+                                                         "stream": True}) as response:
+            streamed = [t for e in sse(response) for t in e["tokens"]]
+    reference, gaps = greedy_with_gaps(plain, prompt, 32)
+    eog = [t for t in reference if llama_cpp.llama_vocab_is_eog(spec._model.vocab, t)]
+    reference = reference[: len(reference) - len(eog)]  # the answers' tokens leave the end-of-generation token out
+    drafted = sum(answer["timings"]["draft_n"] for answer in answers)
+    for tokens in [answer["tokens"] for answer in answers] + [streamed]:
+        if spec.exact:
+            assert tokens == reference, f"differs at {first_divergence(reference, tokens)}"
+        else:
+            tie = min(first_near_tie(gaps, TIE), len(tokens))
+            assert tokens[:tie] == reference[:tie]
+    assert drafted > 0  # verify batches were exercised
+
+
+# -- the /v1 routes serve llama-server's fields as llama-server serves them there
+
+
+def test_v1_completions_take_n_probs_n_cmpl_and_return_tokens(coder, coder_llm, plain):
+    ids = prompt_tokens(coder_llm, CODE)
+    llama = coder.post("/completion", json={"prompt": CODE, "n_predict": 8, "temperature": 0, "n_probs": 2}).json()
+    body = {"prompt": CODE, "max_tokens": 8, "temperature": 0, "n_probs": 2, "return_tokens": True, "n_cmpl": 2}
+    answer = coder.post("/v1/completions", json=body).json()
+    assert [c["index"] for c in answer["choices"]] == [0, 1]
+    assert answer["usage"]["prompt_tokens"] == len(ids) and answer["usage"]["completion_tokens"] == 16
+    for choice in answer["choices"]:
+        assert len(choice["tokens"]) == 8
+        assert_plains(plain, ids, choice["tokens"])
+        logprobs = choice["logprobs"]
+        assert len(logprobs["token_logprobs"]) == 8 and all(len(top) in (2, 3) for top in logprobs["top_logprobs"])
+    first = answer["choices"][0]["logprobs"]["token_logprobs"][0]
+    assert first == pytest.approx(llama["completion_probabilities"][0]["logprob"], abs=1e-3)
+    messages = [{"role": "user", "content": "Say hi."}]
+    chat = coder.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 4, "temperature": 0,
+                                                    "n_probs": 2}).json()
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert len(content) == 4 and all(len(t["top_logprobs"]) in (2, 3) for t in content)
+
+
+def test_v1_streams_take_timings_per_token_return_tokens_and_n_indent(coder, coder_llm, plain):
+    ids = prompt_tokens(coder_llm, CODE)
+    body = {"prompt": CODE, "max_tokens": 8, "temperature": 0, "stream": True, "timings_per_token": True,
+            "return_tokens": True}
+    with coder.stream("POST", "/v1/completions", json=body) as response:
+        events = sse(response)
+    chunks = [e for e in events if e != "[DONE]" and e["choices"]]
+    assert all("timings" in c and c["timings"]["predicted_n"] >= 0 for c in chunks)
+    tokens = [t for c in chunks for t in c["choices"][0]["tokens"]]
+    assert len(tokens) == 8
+    assert_plains(plain, ids, tokens)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == coder_llm.detokenize(tokens).decode()
+    # n_indent: the text ends where /completion ends it, whole or streamed
+    body = {"prompt": "def one():\n    return 1\n\n\ndef two():\n", "temperature": 0, "n_indent": 4}
+    cut = coder.post("/completion", json=dict(body, n_predict=40)).json()["content"]
+    whole = coder.post("/v1/completions", json=dict(body, max_tokens=40)).json()["choices"][0]["text"]
+    with coder.stream("POST", "/v1/completions", json=dict(body, max_tokens=40, stream=True)) as response:
+        streamed = "".join(e["choices"][0]["text"] for e in sse(response) if e != "[DONE]" and e["choices"])
+    assert indent_cut(cut, 4) is None and whole == streamed == cut
+
+
 # -- bad bodies: 400 naming the field
 
 
@@ -454,7 +580,10 @@ def test_llamacpp_metrics_count_what_the_answer_reports(coder):
     ("/completion", {"prompt": "x", "n_cmpl": 0}, "n_cmpl"),
     ("/completion", {"prompt": "x", "n_cmpl": 2, "stream": True}, "n_cmpl"),
     ("/completion", {"prompt": "x", "lora": [{"id": 0, "scale": 0.5}]}, "lora"),
-    ("/completion", {"prompt": ["a", "b"]}, "prompt"),
+    ("/completion", {"prompt": ["a", "b"], "stream": True}, "prompt"),
+    ("/completion", {"prompt": [[1, 2], 3]}, "prompt"),
+    ("/completion", {"prompt": ["a", [1, 10**9]]}, "prompt.1"),
+    ("/completion", {"prompt": []}, "prompt"),
     ("/completion", {"prompt": [1, 2, 10**9]}, "prompt"),
     ("/completion", {"prompt": "x", "n_predict": -2}, "n_predict"),
     ("/completion", {"prompt": "x", "json_schema": {"type": "nope"}, "n_predict": 2}, "json_schema"),
@@ -466,8 +595,7 @@ def test_llamacpp_metrics_count_what_the_answer_reports(coder):
     ("/tokenize", {"with_pieces": True}, "content"),
     ("/detokenize", {"tokens": [-1]}, "tokens"),
     ("/apply-template", {"messages": "hi"}, "messages"),
-    ("/v1/completions", {"prompt": "x", "n_probs": 2}, "n_probs"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "return_tokens": True}, "return_tokens"),
+    ("/v1/completions", {"prompt": "x", "n_cmpl": 2, "stream": True}, "n_cmpl"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "samplers": ["nope"]}, "samplers"),
 ])
 def test_bad_bodies_are_400_naming_the_field(coder, route, body, param):

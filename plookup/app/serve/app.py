@@ -35,7 +35,7 @@ from ...api.llama import Llama
 from ...api.logprobs import check_logprobs
 from ...api.prediction import chunk_text, completion_text, prediction_text
 from ...verify.grammar import check_grammar
-from .controls import LlamaOptions, Shape
+from .controls import LlamaOptions, Shape, merge_completions
 from .errors import APIError, error_event, install_error_handlers, model_error
 from .guards import CountRequests, LimitBody, ModelGate, RequireKey
 from .limits import Limits
@@ -46,7 +46,6 @@ from .requests import (
     CompletionRequest,
     check_text_only,
     completion_prompts,
-    merge_completions,
     response_format_grammar,
 )
 

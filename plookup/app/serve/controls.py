@@ -218,15 +218,10 @@ class Watch:
 
 
 class Shape:
-    """OpenAI's shape, for the /v1 routes, with llama-server's fields they take (see the module)."""
-
-    # llama-server fields honoured on /completion and /infill only, and why
-    ROUTE_ONLY = {
-        "n_probs": "on the /v1 routes ask with logprobs/top_logprobs",
-        "return_tokens": "token ids are returned by /completion and /infill",
-        "n_indent": "served by /completion and /infill",
-        "timings_per_token": "served by /completion and /infill",
-    }
+    """OpenAI's shape, for the /v1 routes, with llama-server's fields they take (see the module):
+    as llama-server serves them there, ``n_probs`` asks for OpenAI's logprobs, ``n_cmpl`` for
+    that many choices, ``timings_per_token`` puts ``timings`` in every chunk, ``n_indent`` and
+    ``t_max_predict_ms`` end the text, and ``return_tokens`` adds each choice's ``tokens``."""
 
     def __init__(self, options: Optional[LlamaOptions], llm, model_name: str):
         self.options, self.llm, self.model_name = options, llm, model_name
@@ -236,16 +231,11 @@ class Shape:
         self.chain: Optional[Chain] = None
         self.last_chunk: Optional[dict] = None
         self.hung_up = None  # the call's own cancellation predicate (the client hung up)
-        if self.options is not None:
-            self.refuse_route_only()
-
-    def refuse_route_only(self) -> None:
-        for name, why in self.ROUTE_ONLY.items():
-            if getattr(self.options, name):
-                raise APIError(400, f"{name} is not served on this route: {why}", param=name)
-        if self.options.n_cmpl != 1:
-            raise APIError(400, "n_cmpl is served by /completion and /infill; on the /v1 routes ask one at a time",
-                           param="n_cmpl")
+        self.sent, self.shown = "", 0  # a stream's text so far, and what of it went out (its ends may cut it)
+        self.cut_at: Optional[int] = None  # where n_indent cut the stream's text
+        self.stream_tokens = 0  # the stream's tokens that went out in events
+        if options is not None and options.n_cmpl != 1 and getattr(options, "stream", False):
+            raise APIError(400, "n_cmpl > 1 is served without stream", param="n_cmpl")
 
     # -- before the gate
 
@@ -262,6 +252,11 @@ class Shape:
             # llama-server's warm-up: the prompt into the cache, nothing generated. llama_cpp reads
             # 0 as "up to the context": one token, not shown.
             self.warm_up, kwargs["max_tokens"] = True, 1
+        if o.n_probs > 0 and not kwargs.get("logprobs"):  # llama-server's n_probs, as OpenAI asks for it
+            if "messages" in kwargs:
+                kwargs.update(logprobs=True, top_logprobs=o.n_probs)
+            else:
+                kwargs["logprobs"] = o.n_probs
         if o.json_schema is not None:
             if kwargs.get("grammar") is not None:
                 raise APIError(400, "give either json_schema or grammar, not both", param="json_schema")
@@ -329,23 +324,45 @@ class Shape:
     # -- under the gate, in the request's call
 
     def run(self, create, kwargs: dict, call, stream: bool = False):
-        """``create(**kwargs)`` as this request's generation, inside its `call`."""
-        self.watch = self.watch_tokens(call)
+        """``create(**kwargs)`` as this request's generation, inside its `call`: ``n_cmpl`` of
+        them one after another on the call's slot (the prompt cached after the first), one
+        choice each."""
+        if stream:
+            self.begin(call)
+            return create(**kwargs, stream=stream)
+        results = [self.one(create, kwargs, call) for _ in range(self.options.n_cmpl if self.options else 1)]
+        if len(results) == 1:
+            return results[0]
+        merged = merge_completions(results)  # one prompt: counted once
+        usage, prompt_tokens = merged["usage"], results[0]["usage"]["prompt_tokens"]
+        usage.update(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens + usage["completion_tokens"])
+        return merged
+
+    def begin(self, call) -> None:
+        """Set up `call` for the next completion: its drafts' bounds, and a fresh watch."""
         if self.options is not None and self.options.speculative is not None:
             call.speculative = Speculative(**self.options.speculative.model_dump())
+        self.watch = self.watch_tokens(call)
         self.watch.start()
-        if stream:
-            return create(**kwargs, stream=stream)
+
+    def one(self, create, kwargs: dict, call) -> dict:
+        """One whole completion, its text as the watch ended it."""
+        self.begin(call)
         result = create(**kwargs)
         if self.watch.ended():
             self.text_from_tokens(result)
+        if self.options is not None and self.options.return_tokens:
+            result["choices"][0]["tokens"] = self.watch.completion_tokens()
         return result
 
     def text_from_tokens(self, result: dict) -> None:
         """llama_cpp sets a whole completion's text where it stops it (its length, a stop, the end of
-        text); a generation the watch ended stops from outside, and llama_cpp leaves its text empty."""
+        text); a generation the watch ended stops from outside, and llama_cpp leaves its text empty.
+        ``n_indent`` cuts it where the first line indented less begins."""
         tokens = self.watch.completion_tokens()
         text = self.llm.detokenize(tokens, prev_tokens=self.prompt or None).decode("utf-8", errors="ignore")
+        cut = indent_cut(text, self.watch.n_indent) if self.watch.n_indent > 0 else None
+        text = text if cut is None else text[:cut]
         choice = result["choices"][0]
         if "text" in choice:
             choice["text"] = text
@@ -412,7 +429,47 @@ class Shape:
         if self.warm_up:
             self.blank(chunk)
         self.last_chunk = chunk
+        o = self.options
+        choice = (chunk.get("choices") or [None])[0]
+        if o is not None and choice is not None and not self.warm_up:
+            part = choice["delta"] if "delta" in choice else choice
+            key = "content" if "delta" in choice else "text"
+            if self.watch.watching:  # its ends cut the text; what llama_cpp streams after them is not the answer's
+                part[key] = self.visible(part.get(key) or "") or (None if key == "content" else "")
+            if o.return_tokens:
+                choice["tokens"] = self.next_tokens()
+            if o.timings_per_token:
+                chunk["timings"] = self.partial_timings()
         return [{"data": json.dumps(chunk)}]
+
+    def visible(self, text: str) -> str:
+        """What of a stream's next `text` the client sees: nothing after ``n_indent``'s cut, nor
+        past the token that ended the time budget (tokens drafted in its step after it)."""
+        if self.cut_at is not None:
+            return ""
+        self.sent += text
+        if self.watch.n_indent > 0:
+            self.cut_at = indent_cut(self.sent, self.watch.n_indent)
+        end = self.cut_at if self.cut_at is not None else len(self.sent)
+        if self.watch.cut is not None:
+            end = min(end, len(self.watch.text.decode("utf-8", errors="ignore")))
+        content = self.sent[self.shown: end]
+        self.shown = max(self.shown, end)
+        return content
+
+    def next_tokens(self) -> list[int]:
+        """The completion's tokens a stream has not sent yet."""
+        tokens = self.watch.completion_tokens()[self.stream_tokens:]
+        self.stream_tokens += len(tokens)
+        return tokens
+
+    def partial_timings(self) -> dict:
+        """llama-server's ``timings_per_token``: the generation's figures so far."""
+        clock = self.watch.clock
+        predicted_ms = (time.perf_counter() - clock.first) * 1000 if clock.first else 0.0
+        n = len(self.watch.completion_tokens())
+        return {"predicted_n": n, "predicted_ms": predicted_ms,
+                "predicted_per_second": 1000 * n / predicted_ms if predicted_ms else 0.0}
 
     def closing(self, call) -> list[dict]:
         """The events after the last chunk: OpenAI's usage chunk where asked
@@ -431,6 +488,17 @@ class Shape:
         self.watch.clock.stopped()
         events.append({"data": "[DONE]"})
         return events
+
+
+def merge_completions(results: list[dict]) -> dict:
+    """One completion of several (several prompts, or n_cmpl of one), as OpenAI answers: their
+    choices in order, numbered, the usage summed (``speculative``: the last result's, which counts
+    the whole request)."""
+    choices = [choice for r in results for choice in r["choices"]]
+    merged = dict(results[0], choices=[dict(choice, index=i) for i, choice in enumerate(choices)])
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    merged["usage"] = dict(results[-1]["usage"], **{k: sum(r["usage"][k] for r in results) for k in counts})
+    return merged
 
 
 def indent_cut(text: str, n_indent: int) -> Optional[int]:

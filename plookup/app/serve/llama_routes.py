@@ -19,7 +19,6 @@ cannot honour is a 400 naming it.
 from __future__ import annotations
 
 import json
-import time
 from typing import List, Optional, Union
 
 import llama_cpp
@@ -30,7 +29,7 @@ from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
 from .controls import LlamaOptions, Shape, eog_tokens, indent_cut, pick_fields, stat_counts
 from .errors import APIError
-from .requests import ChatCompletionRequest, CompletionRequest
+from .requests import ChatCompletionRequest, CompletionRequest, Prediction
 
 LLAMA_ROUTES = frozenset({
     "/completion", "/completions", "/infill", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots",
@@ -61,6 +60,7 @@ class LlamaCompletionBody(LlamaOptions):
     seed: int = DEFAULTS["seed"]
     logit_bias: Optional[Union[dict, list]] = None
     grammar: Optional[str] = None
+    prediction: Optional[Prediction] = None  # OpenAI's Predicted Outputs, drafted as on the /v1 routes
 
 
 class InfillChunk(BaseModel):
@@ -160,17 +160,8 @@ class LlamaShape(Shape):
         self.body = body
         self.given_tokens = prompt_tokens  # the prompt as tokens (/infill's, a token prompt)
         self.records: list[Completion] = []
-        self.sent = ""  # a stream's text so far, and what of it went out (n_indent may cut it)
-        self.shown = 0
-        self.cut_at: Optional[int] = None
-        self.stream_tokens = 0  # the stream's tokens that went out in events
         self.finish: Optional[str] = None  # the stream's finish_reason
         self.call = None
-        if body.stream and body.n_cmpl != 1:
-            raise APIError(400, "n_cmpl > 1 is served without stream", param="n_cmpl")
-
-    def refuse_route_only(self) -> None:
-        pass  # this route serves them all
 
     def openai_request(self, request_class):
         """llama_cpp.server's completion request for this body."""
@@ -187,6 +178,7 @@ class LlamaShape(Shape):
             mirostat_eta=b.mirostat_eta, grammar=b.grammar, logprobs=b.n_probs or None,
             logit_bias=logit_bias_map(self.llm, b.logit_bias) if b.logit_bias else None,
             seed=llama_cpp.LLAMA_DEFAULT_SEED if b.seed == -1 else b.seed,  # -1: a random seed, as llama-server's
+            prediction=b.prediction,
         )
 
     def prepare(self, kwargs: dict) -> None:
@@ -200,7 +192,7 @@ class LlamaShape(Shape):
         result = None
         for _ in range(self.body.n_cmpl):  # one after another, on the call's slot (the prompt cached after the first)
             before = stat_counts(call.stats)
-            result = super().run(create, kwargs, call)
+            result = self.one(create, kwargs, call)
             self.watch.clock.stopped()
             emitted = list(call.logprobs.emitted) if call.logprobs is not None else []
             counts = {name: value - before[name] for name, value in stat_counts(call.stats).items()}
@@ -222,8 +214,25 @@ class LlamaShape(Shape):
             "mirostat_eta": b.mirostat_eta, "stop": self.stops(), "n_keep": b.n_keep, "ignore_eos": b.ignore_eos,
             "stream": b.stream, "n_probs": b.n_probs, "min_keep": b.min_keep, "grammar": b.grammar or "",
             "samplers": list(sampler_order(b.samplers) if b.samplers is not None else DEFAULT_ORDER),
-            "speculative": True, "model": self.model_name,
+            **self.speculative_settings(), "model": self.model_name,
         }
+
+    def speculative_settings(self) -> dict:
+        """The request's drafts as served, in llama-server's ``speculative.*`` keys (n_max: the
+        drafter's own bound, or the request's below it)."""
+        spec = self.body.speculative
+        n_max = self.llm.max_draft
+        if spec is not None and spec.n_max is not None:
+            n_max = min(n_max, spec.n_max)
+        return {"speculative": n_max > 0, "speculative.n_max": n_max,
+                "speculative.n_min": spec.n_min if spec is not None else 0,
+                "speculative.p_min": spec.p_min if spec is not None else 0.0}
+
+    def slot_index(self, call=None) -> int:
+        """The engine's slot that generates the request (0 before it has one)."""
+        call = call or self.call
+        generation = call.generation if call is not None else None
+        return getattr(getattr(generation, "slot", None), "index", 0) if generation is not None else 0
 
     def stops(self) -> list[str]:
         stop = self.body.stop
@@ -248,7 +257,7 @@ class LlamaShape(Shape):
         tokens = [] if self.warm_up else record.tokens
         stop_type, word = ("limit", "") if self.warm_up else stop_reason(
             self.llm, record.result, record.all_tokens, eog, self.stops(), cut is not None)
-        slot = getattr(getattr(call.generation, "slot", None), "index", 0) if call.generation is not None else 0
+        slot = self.slot_index(call)
         timings = self.timings(call, record.watch, record.counts)
         if self.warm_up:
             timings.update(predicted_n=0, predicted_per_second=0.0, predicted_per_token_ms=0.0)
@@ -278,25 +287,17 @@ class LlamaShape(Shape):
         self.finish = choice.get("finish_reason") or self.finish
         if self.warm_up or self.cut_at is not None:
             return []
-        self.sent += choice["text"] or ""
-        if b.n_indent > 0:
-            self.cut_at = indent_cut(self.sent, b.n_indent)
-        end = self.cut_at if self.cut_at is not None else len(self.sent)
-        if self.watch.cut is not None:
-            # The budget ended the completion on a token of a step that handed out more (drafted
-            # tokens after it): llama_cpp still streams their text; the completion stops at that token.
-            end = min(end, len(self.watch.text.decode("utf-8", errors="ignore")))
-        content = self.sent[self.shown: end]
-        self.shown = end
-        tokens = self.watch.completion_tokens()[self.stream_tokens:]
+        # The budget may end the completion on a token of a step that handed out more (drafted
+        # tokens after it): llama_cpp still streams their text; the completion stops at that token.
+        content = self.visible(choice["text"] or "")
+        done = self.stream_tokens
+        tokens = self.next_tokens()
         if not content and not tokens:
             return []
-        done = self.stream_tokens
-        event = {"index": 0, "content": content, "tokens": tokens, "stop": False, "id_slot": 0,
+        event = {"index": 0, "content": content, "tokens": tokens, "stop": False, "id_slot": self.slot_index(),
                  "tokens_predicted": done + len(tokens), "tokens_evaluated": len(self.prompt)}
         if b.n_probs > 0:
             event["completion_probabilities"] = self.probabilities(self.watch_emitted()[done : done + len(tokens)])
-        self.stream_tokens += len(tokens)
         if b.timings_per_token:
             event["timings"] = self.partial_timings()
         return [{"data": json.dumps(event)}]
@@ -304,14 +305,6 @@ class LlamaShape(Shape):
     def watch_emitted(self) -> list:
         logprobs = self.call.logprobs if self.call is not None else None
         return list(logprobs.emitted) if logprobs is not None else []
-
-    def partial_timings(self) -> dict:
-        clock = self.watch.clock
-        now = time.perf_counter()
-        predicted_ms = (now - clock.first) * 1000 if clock.first else 0.0
-        n = len(self.watch.completion_tokens())
-        return {"predicted_n": n, "predicted_ms": predicted_ms,
-                "predicted_per_second": 1000 * n / predicted_ms if predicted_ms else 0.0}
 
     def closing(self, call) -> list[dict]:
         """The stream's last event: ``stop: true`` with the completion's fields (llama-server sends
@@ -349,6 +342,23 @@ def check_token_ids(llm, tokens: list[int], field: str) -> None:
         raise APIError(400, f"{field}: token id {bad[0]} is outside the vocabulary of {llm.n_vocab()}", param=field)
 
 
+def prompt_ids(llm, parts: list, field: str) -> list[int]:
+    """llama-server's prompt of token ids and texts mixed, as tokens: each text tokenized with its
+    special tokens parsed, the first with the model's BOS where it leads the prompt."""
+    if not parts:
+        raise APIError(400, f"{field}: an empty list holds no prompt", param=field)
+    tokens: list[int] = []
+    for i, part in enumerate(parts):
+        if isinstance(part, str):
+            tokens += llm.tokenize(part.encode("utf-8"), add_bos=i == 0, special=True)
+        elif isinstance(part, int) and not isinstance(part, bool):
+            tokens.append(part)
+        else:
+            raise APIError(400, f"{field}: a prompt is a text, token ids, or both mixed", param=field)
+    check_token_ids(llm, tokens, field)
+    return tokens
+
+
 def check_model(name: Optional[str], model_name: str) -> None:
     """A 404 when a body names a model other than the one served."""
     if name not in (None, model_name):
@@ -368,16 +378,27 @@ def add_generation_routes(app: FastAPI, service) -> None:
     @app.post("/completion")
     @app.post("/completions")
     async def completion(request: Request, body: LlamaCompletionBody):
+        """One prompt (a string, token ids, or both mixed), or several in a list: an answer each,
+        in an array, as llama-server answers them."""
         prompt = body.prompt
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # one prompt in a list
         if isinstance(prompt, str):
-            body.prompt = prompt
             return await complete(request, body)
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            check_token_ids(llm, prompt, "prompt")
-            return await complete(request, body, list(prompt))
-        raise APIError(400, "plookup serves one prompt per request, as a string or as token ids", param="prompt")
+        if not prompt:
+            raise APIError(400, "prompt: an empty list holds no prompt", param="prompt")
+        if any(isinstance(part, int) for part in prompt):  # one prompt of tokens (and texts)
+            return await complete(request, body, prompt_ids(llm, prompt, "prompt"))
+        if body.stream and len(prompt) > 1:
+            raise APIError(400, "several prompts are served without stream", param="prompt")
+        answers = []
+        for i, one in enumerate(prompt):
+            field = f"prompt.{i}" if len(prompt) > 1 else "prompt"
+            single = body.model_copy(update={"prompt": one if isinstance(one, str) else ""})
+            tokens = None if isinstance(one, str) else prompt_ids(llm, one, field)
+            answer = await complete(request, single, tokens)
+            if len(prompt) == 1:
+                return answer
+            answers += answer if isinstance(answer, list) else [answer]
+        return answers
 
     @app.post("/infill")
     async def infill(request: Request, body: InfillBody):

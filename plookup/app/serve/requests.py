@@ -110,15 +110,6 @@ def completion_prompts(prompt: Prompt, n_vocab: int) -> list[Union[str, List[int
     return prompts
 
 
-def merge_completions(results: list[dict]) -> dict:
-    """One completion of several prompts, as OpenAI answers: choice i for prompt i, the usage
-    summed (``speculative``: the last result's, which counts the whole request)."""
-    merged = dict(results[0], choices=[dict(r["choices"][0], index=i) for i, r in enumerate(results)])
-    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
-    merged["usage"] = dict(results[-1]["usage"], **{k: sum(r["usage"][k] for r in results) for k in counts})
-    return merged
-
-
 # -- the bodies of the /v1 routes (llama_cpp.server's, with llama-server's fields and these)
 
 
