@@ -11,6 +11,10 @@ Drafts: a lone decoding generation drafts with its policy as a single stream doe
 included where the context has branch sequences); several are sized together for the step's cost
 (:func:`plookup.draft.sizing.size_batch`, or :func:`~plookup.draft.sizing.size_streams` where every slot has a KV
 stream of its own, as it has with several slots): a busy batch drafts less, a full one nothing.
+
+The rows go in the order of their sequences, each generation's together: with a KV stream per
+slot llama.cpp splits a step into ubatches of consecutive sequences only, so an idle slot between
+two stepped ones gets a throwaway row where that saves a pass over the weights (:meth:`Step._gap_fillers`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 
 import llama_cpp
 
+from ..draft.sizing import gaps_worth_filling
 from ..draft.values import NO_DRAFT, Draft
 from ..verify.rows import fill, last_row_logits, sequence_rows, verify_rows
 from .slot import Generation
@@ -55,17 +60,25 @@ class Step:
             return
         began = time.perf_counter()
         drafts = self._drafts(decoding, reserve=len(prefilling))
-        rows: list = []
-        logits: list[bool] = []
-        parts = [self._draft_rows(gen, draft, rows, logits) for gen, draft in zip(decoding, drafts)]
-        chunks = self._chunk_rows(prefilling, rows, logits)
-        stepped = [gen for gen, _, _ in parts] + [gen for gen, _, _ in chunks]
+        parts = [self._draft_rows(gen, draft) for gen, draft in zip(decoding, drafts)]
+        chunks = self._chunk_rows(prefilling, self.llm.n_batch - sum(len(new) for _, _, new, _ in parts))
+        stepped = [gen for gen, _, _, _ in parts] + [gen for gen, _, _, _ in chunks]
+        fillers = self._gap_fillers(stepped) if self.streams else []
+        if sum(len(piece[2]) for piece in parts + chunks) + len(fillers) > self.llm.n_batch:
+            fillers = []  # a full batch is a prompt chunk's: a pass more or less is little beside it
+        rows, logits, starts = self._batch(parts + chunks + fillers)
         self._note_shared(stepped)
         fill(self.llm, rows, logits)
         decoding_began = time.perf_counter()
-        if not self._decode(stepped, len(rows)):
-            return
+        try:
+            if not self._decode(stepped, len(rows)):
+                return
+        finally:
+            for slot, _, _, _ in fillers:
+                self._roll_back(slot.seq, slot.n)
         decoded = time.perf_counter()
+        parts = [(gen, draft, start) for (gen, draft, _, _), start in zip(parts, starts)]
+        chunks = [(gen, start, chunk) for (gen, chunk, _, _), start in zip(chunks, starts[len(parts):])]
         accepted = [self._verdict(gen, draft, start) for gen, draft, start in parts]
         for gen, start, chunk in chunks:
             self._take_chunk(gen, start, chunk)
@@ -108,36 +121,61 @@ class Step:
                 decoding.append(gen)
         return decoding, prefilling
 
-    def _draft_rows(self, gen: Generation, draft: Draft, rows: list, logits: list) -> tuple:
-        """The generation's pending token and draft appended to the step's rows, with logits at
-        each; returns (generation, draft, its first row)."""
+    def _draft_rows(self, gen: Generation, draft: Draft) -> tuple:
+        """The generation's pending token and draft as rows, with logits at each: (generation,
+        draft, rows, logits)."""
         slot = gen.slot
         slot.tokens[slot.n] = gen.pending
-        start = len(rows)
         new = verify_rows(gen.pending, draft.tokens, draft.branch, slot.n, (slot.seq, slot.branch_seq))
-        rows += new
-        logits += [True] * len(new)
         if draft.branch is not None:
             assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
             # the branches share the whole prefix
             llama_cpp.llama_memory_seq_cp(self.memory, slot.seq, slot.branch_seq, -1, -1)
-        return gen, draft, start
+        return gen, draft, new, [True] * len(new)
 
-    def _chunk_rows(self, prefilling: list[Generation], rows: list, logits: list) -> list:
-        """Prompt chunks in the rows the batch has left, first come first; returns (generation,
-        its first row, its prompt chunk) for each."""
+    def _chunk_rows(self, prefilling: list[Generation], budget: int) -> list:
+        """Prompt chunks in the `budget` rows the batch has left, first come first: (generation,
+        its prompt chunk, rows, logits) for each."""
         chunks = []
-        budget = self.llm.n_batch - len(rows)
         for gen in prefilling:
             if budget <= 0:
                 break
             slot = gen.slot
             chunk = gen.prompt[slot.n : slot.n + budget]
-            chunks.append((gen, len(rows), chunk))
-            rows += sequence_rows(chunk, slot.n, slot.seq)
-            logits += last_row_logits(len(chunk))
+            chunks.append((gen, chunk, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
             budget -= len(chunk)
         return chunks
+
+    def _gap_fillers(self, stepped: list[Generation]) -> list:
+        """With a KV stream per slot, a slot that sits this step out between two that step (a
+        request finished, a client not reading) splits the step into one more pass over the
+        weights (:func:`plookup.draft.sizing.gaps_worth_filling`). Each such slot where one row
+        costs less than that pass gets a throwaway row behind its cells, dropped after the decode:
+        (slot, None, rows, logits) for each."""
+        by_seq = {slot.seq: slot for slot in self.slots}
+        fillers = []
+        for seq in gaps_worth_filling([gen.slot.seq for gen in stepped], self.llm.drafter.policy.cost):
+            slot = by_seq[seq]
+            if self._room(slot) < 0:
+                return []  # a row behind a full context would not fit: leave the split as it is
+            token = int(slot.tokens[slot.n - 1]) if slot.n > 0 else 0
+            fillers.append((slot, None, sequence_rows([token], slot.n, slot.seq), [False]))
+        return fillers
+
+    @staticmethod
+    def _batch(pieces: list) -> tuple[list, list[bool], list[int]]:
+        """The step's rows and logits flags, each piece's rows together and the pieces in the
+        order of their sequences (llama.cpp's split into ubatches takes consecutive sequences in
+        the order it meets them); and each piece's first row, in the pieces' order."""
+        order = sorted(range(len(pieces)), key=lambda i: pieces[i][2][0][2][0])  # its first row's sequence
+        rows: list = []
+        logits: list[bool] = []
+        starts = [0] * len(pieces)
+        for i in order:
+            starts[i] = len(rows)
+            rows += pieces[i][2]
+            logits += pieces[i][3]
+        return rows, logits, starts
 
     def _note_shared(self, stepped: list[Generation]) -> None:
         """Generations that share a step, or the cache, with another sequence are no lone decode:

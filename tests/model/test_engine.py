@@ -12,6 +12,7 @@ import llama_cpp
 import pytest
 
 import plookup
+from plookup.draft.sizing import gaps_worth_filling
 
 from conftest import LLAMA_KWARGS
 from support.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps, standard_workloads
@@ -268,3 +269,41 @@ def test_every_decode_of_several_slots_runs_on_one_thread(parallel_smol, referen
 
 
 # -- a KV stream per slot: uneven drafts split a step into ubatches
+
+
+def test_a_slot_between_two_decoding_ones_gets_a_throwaway_row(parallel_smol, references):
+    """With a KV stream per slot, llama.cpp splits a batch into ubatches of consecutive sequences
+    only: slots 0 and 2 decoding beside an idle slot 1 would cost a pass over the weights more. The
+    step gives slot 1 one row behind its cells and drops it after the decode: slot 1's cells are
+    as its last request left them, and the others' answers are their plain answers."""
+    llm = parallel_smol
+    assert llm.kv_layout == "streams"
+    prompts, refs = references
+    engine = llm._engine
+    engine.forget()  # no cached prefixes: each request takes the lowest free slot
+    engine.trace = []
+    try:
+        first = llm.generate(prompts[0], temp=0.0)
+        out = {0: [next(first)]}  # slot 0
+        short = llm.generate(prompts[1], temp=0.0)
+        next(short)  # slot 1
+        third = llm.generate(prompts[2], temp=0.0)
+        out[2] = [next(third)]  # slot 2
+        assert [s.generation is not None for s in engine.slots] == [True, True, True, False]
+        short.close()  # slot 1 is free from here on, its cells kept
+        cells = engine.slots[1].n
+        for _ in range(MAX_TOKENS - 1):
+            out[0].append(next(first))
+            out[2].append(next(third))
+        first.close()
+        third.close()
+        steps = [s for s in engine.trace if s.prefilled == 0 and len(s.drafted) == 2]
+    finally:
+        engine.trace = None
+    # the filler, where the model's curve says one pass of 3 rows costs less than two of 1
+    filled = gaps_worth_filling([0, 2], llm.drafter.policy.cost) == [1]
+    assert steps and all(s.rows == sum(d + 1 for d in s.drafted) + filled for s in steps)
+    assert engine.slots[1].n == cells > 0
+    pos_max = [llama_cpp.llama_memory_seq_pos_max(engine.memory, s.seq) for s in engine.slots]
+    assert pos_max == [s.n - 1 for s in engine.slots]  # every throwaway row was dropped
+    check_against_plain([prompts[0], prompts[2]], [refs[0], refs[2]], [out[0], out[2]])
