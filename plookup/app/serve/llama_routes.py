@@ -186,17 +186,15 @@ class LlamaShape(Shape):
             kwargs["prompt"] = self.given_tokens
         super().prepare(kwargs)
 
-    def run(self, create, kwargs: dict, call, stream: bool = False):
-        if stream:
-            return super().run(create, kwargs, call, stream)
-        result = None
-        for _ in range(self.body.n_cmpl):  # one after another, on the call's slot (the prompt cached after the first)
-            before = stat_counts(call.stats)
-            result = self.one(create, kwargs, call)
-            self.watch.clock.stopped()
-            emitted = list(call.logprobs.emitted) if call.logprobs is not None else []
-            counts = {name: value - before[name] for name, value in stat_counts(call.stats).items()}
-            self.records.append(Completion(result, self.watch, emitted, counts))
+    def one(self, create, kwargs: dict, call) -> dict:
+        """One of the request's n_cmpl completions (:meth:`Shape.run` makes them one after
+        another), kept with its own share of the call's stats for its answer."""
+        before = stat_counts(call.stats)
+        result = super().one(create, kwargs, call)
+        self.watch.clock.stopped()
+        emitted = list(call.logprobs.emitted) if call.logprobs is not None else []
+        counts = {name: value - before[name] for name, value in stat_counts(call.stats).items()}
+        self.records.append(Completion(result, self.watch, emitted, counts))
         return result
 
     # -- the answer
