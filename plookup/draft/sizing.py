@@ -17,9 +17,11 @@ Two layouts of the cache, two step costs:
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
-from ..native.draft_length import batch_cost, size_batch_drafts, size_stream_drafts
+from ..native.draft_length import batch_cost, equal_split_cost, size_batch_drafts, size_stream_drafts
 from .policy import validate_cost_curve
 
 
@@ -43,25 +45,21 @@ def size_batch(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int)
     return size_batch_drafts(table, counts, validate_cost_curve(cost), int(max_rows)).tolist()
 
 
-def streams_step_cost(rows: list[int], cost: np.ndarray) -> float:
-    """What a step costs in a cache with a KV stream per sequence, `rows[i]` rows on sequence i.
+def streams_step_cost(rows: list[int], cost: np.ndarray, seqs: Optional[list[int]] = None) -> float:
+    """What a step costs in a cache with a KV stream per sequence, `rows[i]` rows on sequence
+    `seqs[i]` (increasing; by default 0, 1, 2, ...).
 
-    llama.cpp splits such a batch into ubatches that take as many rows from every sequence still
-    in it (an "equal split"): with the counts sorted r_1 <= ... <= r_m, ubatch j takes
-    ``r_j - r_{j-1}`` rows from each of the m - j + 1 sequences with r >= r_j, so
-
-        cost = sum_j cost((m - j + 1) * (r_j - r_{j-1}))    over the distinct counts
-
-    (measured, Qwen 0.5B Q8_0 on 2 cores, single decodes: 4 slots of 1, 5, 9, 1 rows 9.0, the
-    formula 8.7; of 1, 1, 13, 1 rows 7.3, the formula 7.9; of 4 rows each 6.4, the formula 6.7;
-    in a unified cache all three cost 6.6-6.8)."""
-    total, below = 0.0, 0
-    counts = sorted(r for r in rows if r > 0)
-    for j, r in enumerate(counts):
-        if r > below:
-            total += float(batch_cost((len(counts) - j) * (r - below), cost))
-            below = r
-    return total
+    llama.cpp splits such a batch into ubatches that take as many rows from every sequence in
+    them (an "equal split") and only consecutive sequences (``llama_batch_allocr::split_equal``):
+    see :func:`plookup.native.draft_length.equal_split_cost`. With the counts sorted
+    r_1 <= ... <= r_m on consecutive sequences whose longer drafts are neighbours, ubatch j takes
+    ``r_j - r_{j-1}`` rows from each of the m - j + 1 sequences with r >= r_j (measured, Qwen 0.5B
+    Q8_0 on 2 cores, single decodes: 4 slots of 1, 5, 9, 1 rows 9.0, the formula 8.7; of 1, 1, 13,
+    1 rows 7.3, the formula 7.9; of 4 rows each 6.4, the formula 6.7; in a unified cache all three
+    cost 6.6-6.8). Two drafts with a sequence between them take a ubatch each."""
+    seqs = list(range(len(rows))) if seqs is None else seqs
+    return float(equal_split_cost(np.asarray(rows, dtype=np.int64), np.asarray(seqs, dtype=np.int64),
+                                  validate_cost_curve(cost)))
 
 
 def gaps_worth_filling(seqs: list[int], cost: np.ndarray) -> list[int]:
@@ -97,14 +95,20 @@ def gaps_worth_filling(seqs: list[int], cost: np.ndarray) -> list[int]:
     return fill
 
 
-def size_streams(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int) -> list[int]:
+def size_streams(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int,
+                 seqs: Optional[list[int]] = None) -> list[int]:
     """Draft lengths for sequences verified in one step of a cache with a stream per sequence,
-    where uneven drafts split the step into several ubatches (:func:`streams_step_cost`).
+    ``probabilities[i]`` on sequence ``seqs[i]`` (increasing; by default 0, 1, 2, ...), where
+    uneven drafts, and drafts with a sequence between them, split the step into several ubatches
+    (:func:`streams_step_cost`).
 
     Considered: no draft; and for each length n, the k slots whose first n tokens are likeliest
-    accepted drafting n each (k = 1..m; two ubatches, one when every slot drafts). The best expected
-    tokens per cost wins; a slot can only draft what its candidate holds (``len(p)`` tokens). The
-    search runs in :func:`plookup.native.draft_length.size_stream_drafts`: with drafts of up to 64
-    tokens it weighs 64 x m choices a step, which Python took milliseconds to do."""
+    accepted drafting n each (k = 1..m), and each run of neighbouring slots drafting n. The best
+    expected tokens per cost wins; a slot can only draft what its candidate holds (``len(p)``
+    tokens). The search runs in :func:`plookup.native.draft_length.size_stream_drafts`: with drafts
+    of up to 64 tokens it weighs some 64 x m^2 / 2 choices a step, which Python took milliseconds
+    to do."""
     table, counts = probability_table(probabilities)
-    return size_stream_drafts(table, counts, validate_cost_curve(cost), int(max_rows)).tolist()
+    seqs = list(range(len(probabilities))) if seqs is None else seqs
+    return size_stream_drafts(table, counts, np.asarray(seqs, dtype=np.int64), validate_cost_curve(cost),
+                              int(max_rows)).tolist()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
-from ..draft.sizing import size_batch, size_streams
 from ..verify.accept import accept
 from ..verify.backend import Chains
 from ..verify.rows import decode_chunks
@@ -47,8 +46,7 @@ class Engine(Admission, Step, Verdicts):
         self.slots = [Slot(0, 0, branch(0), model=llm)]
         self.slots += [Slot(i, i, branch(i), size=size) for i in range(1, n_slots)]
         self.shared_exact = shared_exact
-        self.streams = streams
-        self.size_drafts = size_streams if streams else size_batch  # several slots' drafts together
+        self.streams = streams  # which step cost sizes several slots' drafts (plookup.draft.sizing)
         self.accept = accept  # the acceptance rule (a pure function, plookup.verify.accept)
         self.steps = 0  # decodes made, and their rows: what /metrics reports
         self.rows = 0

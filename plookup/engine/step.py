@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import llama_cpp
 
-from ..draft.sizing import gaps_worth_filling
+from ..draft.sizing import gaps_worth_filling, size_batch, size_streams
 from ..draft.values import NO_DRAFT, Draft
 from ..verify.rows import fill, last_row_logits, sequence_rows, verify_rows
 from .slot import Generation
@@ -51,7 +51,7 @@ class StepRecord:
 
 class Step:
     """The engine's step (a part of :class:`plookup.engine.Engine`, which holds ``llm``, ``slots``,
-    ``shared_exact``, ``size_drafts``, the counters and ``trace``, and judges with
+    ``shared_exact``, ``streams``, the counters and ``trace``, and judges with
     :class:`.verdicts.Verdicts`)."""
 
     def _step(self) -> None:
@@ -204,7 +204,11 @@ class Step:
         else:  # several slots sized together; or one whose request cuts its drafts by p_min
             offers = [timed(gen, gen.drafter.offer, limit) for gen, limit in zip(decoding, limits)]
             chances = [gen.call.speculative.cut(p) for gen, (_, p) in zip(decoding, offers)]
-            lengths = self.size_drafts(chances, llm.drafter.policy.cost, llm.n_batch - reserve)
+            cost, max_rows = llm.drafter.policy.cost, llm.n_batch - reserve
+            if self.streams:
+                lengths = size_streams(chances, cost, max_rows, [gen.slot.seq for gen in decoding])
+            else:
+                lengths = size_batch(chances, cost, max_rows)
             drafts = [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
         # a request's n_min drops its shorter drafts, as llama-server's does
         return [NO_DRAFT if len(d) < gen.call.speculative.n_min else d for gen, d in zip(decoding, drafts)]

@@ -157,50 +157,82 @@ def record_outcome(match_length, drafted, accepted, hits, trials):
 
 
 @njit(cache=True)
-def size_stream_drafts(probs, counts, cost, max_rows):
-    """Draft lengths for m slots verified in one step of a cache with a KV stream per slot, where
-    llama.cpp's equal split makes uneven drafts a second ubatch: with k slots drafting n tokens
-    each and the rest none, the step is one ubatch of m rows and one of k * n (one of m * (1 + n)
-    when every slot drafts). probs[i, k] as for :func:`size_batch_drafts`. For each n, the k
-    slots whose first n tokens are likeliest accepted (ties: the higher index first); the best
-    expected tokens per cost wins, none when nothing beats m rows for cost(m)."""
+def equal_split_cost(rows, seqs, cost):
+    """What a step costs in a cache with a KV stream per sequence: rows[i] rows on sequence
+    seqs[i] (seqs increasing; the rows in that order, each sequence's together), split as
+    llama.cpp's ``llama_batch_allocr::split_equal`` splits it. Each ubatch begins at the lowest
+    sequence with rows left, takes the run of consecutive sequence ids from there that still have
+    rows, and as many rows from each as the one with the fewest has left."""
+    m = rows.size
+    left = rows.copy()
+    total = 0.0
+    while True:
+        start = 0
+        while start < m and left[start] <= 0:
+            start += 1
+        if start == m:
+            return total
+        end = start + 1
+        take = left[start]
+        while end < m and left[end] > 0 and seqs[end] == seqs[end - 1] + 1:
+            take = min(take, left[end])
+            end += 1
+        total += batch_cost(take * (end - start), cost)
+        for i in range(start, end):
+            left[i] -= take
+
+
+@njit(cache=True, inline="always")
+def _likeliest_first(gain_of, order):
+    """The slots able to draft (gain_of[i] >= 0) into `order`, by gain descending, ties the
+    higher index first; how many they are."""
+    able = 0
+    for i in range(gain_of.size):
+        if gain_of[i] < 0.0:
+            continue
+        j = able
+        while j > 0 and (gain_of[order[j - 1]] < gain_of[i] or (gain_of[order[j - 1]] == gain_of[i] and order[j - 1] < i)):
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = i
+        able += 1
+    return able
+
+
+@njit(cache=True)
+def size_stream_drafts(probs, counts, seqs, cost, max_rows):
+    """Draft lengths for m slots verified in one step of a cache with a KV stream per slot, slot i
+    on sequence seqs[i] (increasing): each slot's pending row, and drafts of one length n on some
+    of them, cost what :func:`equal_split_cost` says: one ubatch of the pending rows, then one of
+    the drafts per run of consecutive sequences that draft (one ubatch in all when every slot
+    drafts and their sequences are consecutive). probs[i, k] as for :func:`size_batch_drafts`.
+
+    Weighed for each n: the k slots whose first n tokens are likeliest accepted (ties: the higher
+    index first), and every run of neighbouring slots; the best expected tokens per cost wins,
+    none when nothing beats the pending rows alone."""
     m = counts.size
     best = np.zeros(m, dtype=np.int64)
-    best_rate = m / batch_cost(m, cost)
-    longest = 0
-    for i in range(m):
-        longest = max(longest, counts[i])
-    gains = np.zeros(m)
+    rows = np.ones(m, dtype=np.int64)
+    best_rate = m / equal_split_cost(rows, seqs, cost)
+    gain_of = np.zeros(m)  # each slot's expected accepted tokens of a draft of n; -1: it has fewer
     order = np.zeros(m, dtype=np.int64)
-    for n in range(1, longest + 1):
-        able = 0
+    for n in range(1, counts.max() + 1):
         for i in range(m):
-            if counts[i] >= n:
-                gain = 0.0
-                for k in range(n):
-                    gain += probs[i, k]
-                # insert (gain, i) into order, descending by gain, then by index
-                j = able
-                while j > 0 and (gains[j - 1] < gain or (gains[j - 1] == gain and order[j - 1] < i)):
-                    gains[j] = gains[j - 1]
-                    order[j] = order[j - 1]
-                    j -= 1
-                gains[j] = gain
-                order[j] = i
-                able += 1
-        expected = float(m)
-        for k in range(1, able + 1):
-            if m + k * n > max_rows:
-                break
-            expected += gains[k - 1]
-            if k < m:
-                step = batch_cost(m, cost) + batch_cost(k * n, cost)
-            else:
-                step = batch_cost(m * (1 + n), cost)
-            rate = expected / step
-            if rate > best_rate:
-                best_rate = rate
-                best[:] = 0
-                for j in range(k):
-                    best[order[j]] = n
+            gain_of[i] = gain_of[i] + probs[i, n - 1] if counts[i] >= n else -1.0
+        # the likeliest k, then each run start..end-1 of neighbours
+        able = _likeliest_first(gain_of, order)
+        for start in range(-1, m):
+            rows[:] = 1
+            expected = float(m)
+            for k in range(1, (able if start < 0 else m - start) + 1):
+                i = order[k - 1] if start < 0 else start + k - 1
+                if gain_of[i] < 0.0 or m + k * n > max_rows:
+                    break
+                rows[i] = 1 + n
+                expected += gain_of[i]
+                rate = expected / equal_split_cost(rows, seqs, cost)
+                if rate > best_rate:
+                    best_rate = rate
+                    for j in range(m):
+                        best[j] = rows[j] - 1
     return best

@@ -59,3 +59,34 @@ def test_only_slots_between_stepped_ones_get_a_filler_behind_their_cells():
     # a gap where a slot's context is full stays (a row behind it would not fit)
     full = fake_engine([3, 9, 2])
     assert Step._gap_fillers(full, stepped(0, 2)) == []
+
+
+QWEN_COST = np.interp(np.arange(1, 69), [1, 4, 8, 16, 32, 64, 68], [1.0, 1.57, 2.33, 3.98, 7.44, 13.7, 14.6])
+
+
+def test_drafts_are_sized_by_the_split_of_their_own_sequences():
+    """Three slots stepping, two of them offering a likely draft of 8: on neighbouring sequences,
+    or with the third's sequence between them. With a KV stream per slot the step sizes them for
+    llama.cpp's split of those sequences (draft where one ubatch takes both, not at all where each
+    would be a pass of its own); in one unified cache the order does not matter."""
+    from plookup.draft.values import NO_CANDIDATE, Candidate, Speculative
+
+    likely = np.cumprod(np.full(8, 0.86))
+    candidate = Candidate(np.arange(8, dtype=np.int32), np.ones(8), 8, "request")
+
+    def generation(seq, offers):
+        offer = (candidate, likely) if offers else (NO_CANDIDATE, np.zeros(0))
+        call = SimpleNamespace(speculative=Speculative(), stats=SimpleNamespace(draft_seconds=0.0))
+        return SimpleNamespace(slot=SimpleNamespace(seq=seq), drafter=SimpleNamespace(offer=lambda limit: offer), call=call)
+
+    def lengths(streams, offering):
+        llm = SimpleNamespace(can_roll_back=True, n_batch=512, drafter=SimpleNamespace(policy=SimpleNamespace(cost=QWEN_COST)))
+        engine = SimpleNamespace(llm=llm, streams=streams, _draft_limit=lambda gen, n, reserve: 16)
+        gens = [generation(seq, offers) for seq, offers in enumerate(offering)]
+        return [len(d) for d in Step._drafts(engine, gens, reserve=0)]
+
+    together, apart = lengths(True, [True, True, False]), lengths(True, [True, False, True])
+    assert together[0] > 0 and together == [together[0], together[0], 0]
+    assert apart == [0, 0, 0]
+    unified = lengths(False, [True, False, True])
+    assert unified[0] > 0 and unified == [unified[0], 0, unified[0]]
