@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import llama_cpp
 
@@ -33,6 +34,15 @@ from .slot import Generation
 # that a consumer busy with its last tokens does not drop out of the next batch, few enough that a
 # client that has stopped reading does not make the others verify tokens nobody takes.
 AHEAD = 48
+
+
+class Piece(NamedTuple):
+    """One owner's rows in a step's batch, together."""
+
+    owner: Any  # the Generation the rows advance (a gap filler's: its idle Slot)
+    what: Any  # a decoding generation's Draft, a prefilling one's prompt chunk; a filler's None
+    rows: list  # (token, position, sequences) each
+    logits: list[bool]  # per row: its logits are read
 
 
 @dataclass(frozen=True)
@@ -61,10 +71,10 @@ class Step:
         began = time.perf_counter()
         drafts = self._drafts(decoding, reserve=len(prefilling))
         parts = [self._draft_rows(gen, draft) for gen, draft in zip(decoding, drafts)]
-        chunks = self._chunk_rows(prefilling, self.llm.n_batch - sum(len(new) for _, _, new, _ in parts))
-        stepped = [gen for gen, _, _, _ in parts] + [gen for gen, _, _, _ in chunks]
+        chunks = self._chunk_rows(prefilling, self.llm.n_batch - sum(len(part.rows) for part in parts))
+        stepped = [piece.owner for piece in parts + chunks]
         fillers = self._gap_fillers(stepped) if self.streams else []
-        if sum(len(piece[2]) for piece in parts + chunks) + len(fillers) > self.llm.n_batch:
+        if sum(len(piece.rows) for piece in parts + chunks) + len(fillers) > self.llm.n_batch:
             fillers = []  # a full batch is a prompt chunk's: a pass more or less is little beside it
         rows, logits, starts = self._batch(parts + chunks + fillers)
         self._note_shared(stepped)
@@ -74,18 +84,16 @@ class Step:
             if not self._decode(stepped, len(rows)):
                 return
         finally:
-            for slot, _, _, _ in fillers:
-                self._roll_back(slot.seq, slot.n)
+            for filler in fillers:
+                self._roll_back(filler.owner.seq, filler.owner.n)
         decoded = time.perf_counter()
-        parts = [(gen, draft, start) for (gen, draft, _, _), start in zip(parts, starts)]
-        chunks = [(gen, start, chunk) for (gen, chunk, _, _), start in zip(chunks, starts[len(parts):])]
-        accepted = [self._verdict(gen, draft, start) for gen, draft, start in parts]
-        for gen, start, chunk in chunks:
-            self._take_chunk(gen, start, chunk)
+        accepted = [self._verdict(part.owner, part.what, start) for part, start in zip(parts, starts)]
+        for chunk, start in zip(chunks, starts[len(parts):]):
+            self._take_chunk(chunk.owner, start, chunk.what)
         if self.trace is not None:
             self.trace.append(StepRecord(began, decoding_began - began, decoded - decoding_began,
                                          time.perf_counter() - decoded, len(rows), [len(d) for d in drafts],
-                                         accepted, sum(len(chunk) for _, _, chunk in chunks)))
+                                         accepted, sum(len(chunk.what) for chunk in chunks)))
 
     # -- rows in
 
@@ -121,9 +129,8 @@ class Step:
                 decoding.append(gen)
         return decoding, prefilling
 
-    def _draft_rows(self, gen: Generation, draft: Draft) -> tuple:
-        """The generation's pending token and draft as rows, with logits at each: (generation,
-        draft, rows, logits)."""
+    def _draft_rows(self, gen: Generation, draft: Draft) -> Piece:
+        """The generation's pending token and draft as rows, with logits at each."""
         slot = gen.slot
         slot.tokens[slot.n] = gen.pending
         new = verify_rows(gen.pending, draft.tokens, draft.branch, slot.n, (slot.seq, slot.branch_seq))
@@ -131,27 +138,26 @@ class Step:
             assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
             # the branches share the whole prefix
             llama_cpp.llama_memory_seq_cp(self.memory, slot.seq, slot.branch_seq, -1, -1)
-        return gen, draft, new, [True] * len(new)
+        return Piece(gen, draft, new, [True] * len(new))
 
-    def _chunk_rows(self, prefilling: list[Generation], budget: int) -> list:
-        """Prompt chunks in the `budget` rows the batch has left, first come first: (generation,
-        its prompt chunk, rows, logits) for each."""
+    def _chunk_rows(self, prefilling: list[Generation], budget: int) -> list[Piece]:
+        """Prompt chunks in the `budget` rows the batch has left, first come first, with logits
+        at each chunk's last row."""
         chunks = []
         for gen in prefilling:
             if budget <= 0:
                 break
             slot = gen.slot
             chunk = gen.prompt[slot.n : slot.n + budget]
-            chunks.append((gen, chunk, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
+            chunks.append(Piece(gen, chunk, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
             budget -= len(chunk)
         return chunks
 
-    def _gap_fillers(self, stepped: list[Generation]) -> list:
+    def _gap_fillers(self, stepped: list[Generation]) -> list[Piece]:
         """With a KV stream per slot, a slot that sits this step out between two that step (a
         request finished, a client not reading) splits the step into one more pass over the
         weights (:func:`plookup.draft.sizing.gaps_worth_filling`). Each such slot where one row
-        costs less than that pass gets a throwaway row behind its cells, dropped after the decode:
-        (slot, None, rows, logits) for each."""
+        costs less than that pass gets a throwaway row behind its cells, dropped after the decode."""
         by_seq = {slot.seq: slot for slot in self.slots}
         fillers = []
         for seq in gaps_worth_filling([gen.slot.seq for gen in stepped], self.llm.drafter.policy.cost):
@@ -159,22 +165,22 @@ class Step:
             if self._room(slot) < 0:
                 return []  # a row behind a full context would not fit: leave the split as it is
             token = int(slot.tokens[slot.n - 1]) if slot.n > 0 else 0
-            fillers.append((slot, None, sequence_rows([token], slot.n, slot.seq), [False]))
+            fillers.append(Piece(slot, None, sequence_rows([token], slot.n, slot.seq), [False]))
         return fillers
 
     @staticmethod
-    def _batch(pieces: list) -> tuple[list, list[bool], list[int]]:
+    def _batch(pieces: list[Piece]) -> tuple[list, list[bool], list[int]]:
         """The step's rows and logits flags, each piece's rows together and the pieces in the
         order of their sequences (llama.cpp's split into ubatches takes consecutive sequences in
         the order it meets them); and each piece's first row, in the pieces' order."""
-        order = sorted(range(len(pieces)), key=lambda i: pieces[i][2][0][2][0])  # its first row's sequence
+        order = sorted(range(len(pieces)), key=lambda i: pieces[i].rows[0][2][0])  # its first row's sequence
         rows: list = []
         logits: list[bool] = []
         starts = [0] * len(pieces)
         for i in order:
             starts[i] = len(rows)
-            rows += pieces[i][2]
-            logits += pieces[i][3]
+            rows += pieces[i].rows
+            logits += pieces[i].logits
         return rows, logits, starts
 
     def _note_shared(self, stepped: list[Generation]) -> None:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from plookup.draft.sizing import gaps_worth_filling
-from plookup.engine.step import Step
+from plookup.engine.step import Piece, Step
 from plookup.verify.rows import sequence_rows
 
 # a step's cost in single decodes by its rows, as on 2 cores (8 rows in one pass: 2.4 decodes)
@@ -18,7 +18,7 @@ CPU = np.array([1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.4])
 
 
 def piece(owner, seq, tokens, n_past=0):
-    return owner, None, sequence_rows(tokens, n_past, seq), [True] * len(tokens)
+    return Piece(owner, None, sequence_rows(tokens, n_past, seq), [True] * len(tokens))
 
 
 def test_rows_go_in_sequence_order_and_each_piece_knows_its_first_row():
