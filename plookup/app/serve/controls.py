@@ -333,10 +333,7 @@ class Shape:
         results = [self.one(create, kwargs, call) for _ in range(self.options.n_cmpl if self.options else 1)]
         if len(results) == 1:
             return results[0]
-        merged = merge_completions(results)  # one prompt: counted once
-        usage, prompt_tokens = merged["usage"], results[0]["usage"]["prompt_tokens"]
-        usage.update(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens + usage["completion_tokens"])
-        return merged
+        return merge_completions(results, one_prompt=True)
 
     def begin(self, call) -> None:
         """Set up `call` for the next completion: its drafts' bounds, and a fresh watch."""
@@ -490,14 +487,18 @@ class Shape:
         return events
 
 
-def merge_completions(results: list[dict]) -> dict:
-    """One completion of several (several prompts, or n_cmpl of one), as OpenAI answers: their
-    choices in order, numbered, the usage summed (``speculative``: the last result's, which counts
-    the whole request)."""
+def merge_completions(results: list[dict], one_prompt: bool = False) -> dict:
+    """One completion of several (several prompts, or n_cmpl of `one_prompt`), as OpenAI answers:
+    their choices in order, numbered, the completion tokens summed, and the prompt tokens too
+    unless it was one prompt (counted once) (``speculative``: the last result's, which counts the
+    whole request)."""
     choices = [choice for r in results for choice in r["choices"]]
     merged = dict(results[0], choices=[dict(choice, index=i) for i, choice in enumerate(choices)])
-    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
-    merged["usage"] = dict(results[-1]["usage"], **{k: sum(r["usage"][k] for r in results) for k in counts})
+    prompts = results[:1] if one_prompt else results
+    usage = {"prompt_tokens": sum(r["usage"]["prompt_tokens"] for r in prompts),
+             "completion_tokens": sum(r["usage"]["completion_tokens"] for r in results)}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    merged["usage"] = dict(results[-1]["usage"], **usage)
     return merged
 
 
