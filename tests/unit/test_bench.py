@@ -467,3 +467,29 @@ def test_a_cells_decode_rate_weighs_every_token_once():
     assert cell["decode_tokens_per_second"] == pytest.approx(1009 / (50.0 + 9e-6))
     assert [r["tokens"] for r in cell["requests"]] == [1001, 10]
     assert cell["requests"][0]["ttft"] == pytest.approx(1.0)
+
+
+def test_the_concurrency_plot_draws_each_system_s_ratio_to_plain_batching(tmp_path, monkeypatch):
+    """Bottom row: a system's mean wall ratio over its repeats at each level, its spread as the
+    error bar, and plookup's always-right bound; top row: the best run's rates."""
+    import matplotlib.figure
+
+    from plookup.app.bench.concurrency import plot
+
+    def cell(level, system, ratios, bound):
+        best = {"decode_tokens_per_second": 10.0 * level, "tokens_per_second": 5.0 * level}
+        return dict(concurrency=level, workload="copy", system=system, bound=bound, best=best, wall_x_plain=ratios)
+
+    record = {"levels": [4, 8], "cells": [cell(4, "plain batched", [1.0, 1.0], 1.9), cell(8, "plain batched", [1.0, 1.0], 1.5),
+                                         cell(4, "plookup", [1.2, 1.4], 1.9), cell(8, "plookup", [1.1, 1.3], 1.5)]}
+    figures = []
+    savefig = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), savefig(fig, *a, **k)))
+    plot(str(tmp_path / "c.png"), record)
+    assert (tmp_path / "c.png").stat().st_size > 0
+    rates, ratios = figures[0].axes
+    lines = {line.get_label(): line for line in ratios.get_lines()}
+    assert list(lines["always-right bound"].get_ydata()) == [1.9, 1.5]
+    means = [list(line.get_ydata()) for line in ratios.get_lines() if list(line.get_xdata()) == [4, 8]]
+    assert [1.0, 1.0] in means and pytest.approx([1.3, 1.2]) in means
+    assert sorted(list(line.get_ydata()) for line in rates.get_lines())[-1] == [40.0, 80.0]

@@ -299,28 +299,42 @@ def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, ce
 
 
 def plot(path: str, record: dict) -> None:
-    """Aggregate tokens/s against concurrency, one panel per workload, a line per system."""
+    """Per workload, against concurrency, a line per system: aggregate tokens/s of its best run
+    (top), and its wall throughput over plain batched's, the mean and spread of the repeats'
+    ratios, beside plookup's always-right bound (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     kinds = list(dict.fromkeys(c["workload"] for c in record["cells"]))
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 4), squeeze=False)
+    fig, axes = plt.subplots(2, len(kinds), figsize=(5 * len(kinds), 8), squeeze=False)
     systems = list(dict.fromkeys(c["system"] for c in record["cells"]))
-    for ax, kind in zip(axes[0], kinds):
+    for column, kind in enumerate(kinds):
+        rates, ratios = axes[0][column], axes[1][column]
         for system in systems:
             cells = [c for c in record["cells"] if c["workload"] == kind and c["system"] == system]
-            ax.plot([c["concurrency"] for c in cells], [c["best"]["decode_tokens_per_second"] for c in cells],
-                    marker="o", label=f"{system}, decoding")
-            ax.plot([c["concurrency"] for c in cells], [c["best"]["tokens_per_second"] for c in cells],
-                    marker="x", linestyle=":", label=f"{system}, wall (prefills in)")
-        ax.set_title(kind)
-        ax.set_xlabel("concurrent requests (slots)")
-        ax.set_ylabel("aggregate tokens/s")
-        ax.set_xticks(record["levels"])
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+            levels = [c["concurrency"] for c in cells]
+            line = rates.plot(levels, [c["best"]["decode_tokens_per_second"] for c in cells], marker="o",
+                              label=f"{system}, decoding")[0]
+            rates.plot(levels, [c["best"]["tokens_per_second"] for c in cells], marker="x", linestyle=":",
+                       color=line.get_color(), label=f"{system}, wall (prefills in)")
+            ratios.errorbar(levels, [np.mean(c["wall_x_plain"]) for c in cells], marker="o", capsize=3,
+                            yerr=[np.std(c["wall_x_plain"], ddof=1) if len(c["wall_x_plain"]) > 1 else 0 for c in cells],
+                            color=line.get_color(), label=system)
+            if system == "plookup":
+                ratios.plot(levels, [c["bound"] for c in cells], linestyle="--", color=line.get_color(),
+                            label="always-right bound")
+        rates.set_title(kind)
+        rates.set_ylabel("aggregate tokens/s (best run)")
+        rates.set_ylim(bottom=0)
+        rates.legend(fontsize=7)
+        ratios.set_ylabel("wall x plain batched (mean ± sd of repeats)")
+        ratios.axhline(1.0, color="grey", linewidth=0.8)
+        ratios.legend(fontsize=7)
+        for ax in (rates, ratios):
+            ax.set_xlabel("concurrent requests (slots)")
+            ax.set_xticks(record["levels"])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
