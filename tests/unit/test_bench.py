@@ -493,3 +493,49 @@ def test_the_concurrency_plot_draws_each_system_s_ratio_to_plain_batching(tmp_pa
     means = [list(line.get_ydata()) for line in ratios.get_lines() if list(line.get_xdata()) == [4, 8]]
     assert [1.0, 1.0] in means and pytest.approx([1.3, 1.2]) in means
     assert sorted(list(line.get_ydata()) for line in rates.get_lines())[-1] == [40.0, 80.0]
+
+
+FAKE_SERVER = '''#!/usr/bin/env python3
+import http.server, os, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = str(os.getpid()).encode()
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+'''
+
+
+def test_a_restarted_llama_server_is_a_fresh_process_on_the_same_address(tmp_path):
+    """What the concurrency bench does before each of llama-server's runs, so that no run drafts
+    from the n-gram pool of the runs before it: the old process is gone, a new one answers at the
+    same URL with the same flags. (A stand-in binary: CI builds no llama-server.)"""
+    import os
+    import sys
+    import urllib.request
+
+    from plookup.app.bench.llama_server import ServerSystem
+
+    binary = tmp_path / "llama-server"
+    binary.write_text(FAKE_SERVER.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
+    os.chmod(binary, 0o755)
+    kwargs = dict(model_path="m.gguf", n_threads=2, n_ctx=512)
+    server = ServerSystem(str(binary), "ngram-mod", kwargs, eos_token=2, slots=4, draft_max=64)
+    try:
+        first = server.process
+        with urllib.request.urlopen(f"{server.url}/health") as r:
+            assert int(r.read()) == first.pid
+        argv = list(server.argv)
+        server.restart()
+        assert first.poll() is not None  # the old one ended
+        with urllib.request.urlopen(f"{server.url}/health") as r:
+            assert int(r.read()) == server.process.pid != first.pid
+        assert server.process.args == argv and "--spec-ngram-mod-n-max" in argv and argv[argv.index("-np") + 1] == "4"
+    finally:
+        server.close()
+    assert server.process.poll() is not None

@@ -194,14 +194,12 @@ def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, server: 
     local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
     systems = {s: None for s in local} | {s.name: s for s in servers}
     try:
-        # One short untimed run of every system first: the first decodes of a fresh context
-        # (graph allocation, kernels loaded) and a fresh llama-server ran up to 40% slower.
         first = next(iter(sets.values()))
-        for system, remote in systems.items():
-            request = remote.stream if remote else functools.partial(timed_request, llm)
-            run_cell(request, (first.prompts * clients)[:clients], clients, 8, first.temperature, True)
+        warm_up = functools.partial(run_cell, prompts=(first.prompts * clients)[:clients], clients=clients,
+                                    max_tokens=8, temperature=first.temperature, through_eog=True)
+        warm_up(functools.partial(timed_request, llm))  # llama-server's: at each (re)start
         for kind, requests in sets.items():
-            cells = run_workload(args, llm, clients, kind, requests, systems, local, note)
+            cells = run_workload(args, llm, clients, kind, requests, systems, local, note, warm_up)
             # Greedy outputs, for `plookup bench --replay` under another curve.
             if requests.temperature == 0 and clients == record["levels"][0]:
                 record.setdefault("recorded", {})[kind] = [
@@ -232,13 +230,20 @@ def start_level_servers(args, kwargs: dict, llm, clients: int, note, server: Opt
 
 
 def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, systems: dict, local: dict,
-                 note) -> dict:
+                 note, warm_up) -> dict:
     """One workload kind at one level: system -> its runs (:func:`run_cell`'s records), every
-    system run ``--repeats`` times, side by side."""
+    system run ``--repeats`` times, side by side, each run with nothing from the runs before it:
+    plookup's slots drop their cells, llama-server starts afresh. `warm_up(request)`: one short
+    untimed run, after each fresh start (the first decodes of a fresh context, graph allocation
+    and kernels loaded, ran up to 40 % slower)."""
     prompts, temperature, through_eog = requests.prompts, requests.temperature, requests.through_eog
     max_tokens = requests.max_tokens or args.max_tokens
     # Every client sends `rounds` requests in turn (distinct prompts first, then again).
     wanted = max(clients * args.rounds, len(prompts))
+    if wanted > len(prompts) and len(systems) > len(local):
+        note(f"c={clients} {kind}: {wanted} requests of {len(prompts)} prompts, some sent twice in a run: "
+             "llama-server's ngram-mod drafts the second from the first's answer, plookup here does not "
+             "(no memory); --per-kind >= clients x rounds avoids it")
     prompts = (prompts * wanted)[:wanted]
     cells = {s: [] for s in systems}
     for repeat in range(args.repeats or 1):
@@ -251,7 +256,9 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
                 llm._engine.trace = [] if args.trace else None
                 request = functools.partial(timed_request, llm, n_max=local[system])
             else:
+                remote.restart()  # its n-gram pool would hold the answers of the runs before
                 request = remote.stream
+                warm_up(request)
             cell = run_cell(request, prompts, clients, max_tokens, temperature, through_eog)
             cells[system].append(cell)
             note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "

@@ -79,17 +79,25 @@ class ServerSystem:
         flags += draft_max_flags(spec_type, draft_max) if draft_max else []
         # llama_cpp's default is off, the server's auto (on here): the same for both.
         flags += ["-fa", "on" if model_kwargs.get("flash_attn") else "off"]
-        self.process = subprocess.Popen(
-            [binary, "-m", model_kwargs["model_path"], "--host", "127.0.0.1", "--port", str(port),
-             "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots), *flags,
-             *extra_flags],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        self.argv = [binary, "-m", model_kwargs["model_path"], "--host", "127.0.0.1", "--port", str(port),
+                     "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots),
+                     *flags, *extra_flags]
+        self.start()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_healthy(self.process, self.url, f"{self.name}: llama-server", STARTUP_SECONDS)
         except RuntimeError:
             self.close()
             raise
+
+    def restart(self) -> None:
+        """A fresh server on the same port: nothing kept from earlier requests (ngram-mod's pool of
+        n-grams is shared by every slot and kept from request to request until it fills a
+        quarter of its table; a benchmark's repeats send the same prompts again)."""
+        self.close()
+        self.start()
 
     def completion_request(self, prompt: Sequence[int], max_tokens: int, **options) -> urllib.request.Request:
         """A /completion request for the prompt's tokens, prompt caching off."""
