@@ -489,7 +489,7 @@ def test_the_concurrency_plot_draws_each_system_s_ratio_to_plain_batching(tmp_pa
     assert (tmp_path / "c.png").stat().st_size > 0
     rates, ratios = figures[0].axes
     lines = {line.get_label(): line for line in ratios.get_lines()}
-    assert list(lines["always-right bound"].get_ydata()) == [1.9, 1.5]
+    assert list(lines["always-right bound (decoding alone)"].get_ydata()) == [1.9, 1.5]
     means = [list(line.get_ydata()) for line in ratios.get_lines() if list(line.get_xdata()) == [4, 8]]
     assert [1.0, 1.0] in means and pytest.approx([1.3, 1.2]) in means
     assert sorted(list(line.get_ydata()) for line in rates.get_lines())[-1] == [40.0, 80.0]

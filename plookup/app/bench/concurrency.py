@@ -331,7 +331,7 @@ def plot(path: str, record: dict) -> None:
                             color=line.get_color(), label=system)
             if system == "plookup":
                 ratios.plot(levels, [c["bound"] for c in cells], linestyle="--", color=line.get_color(),
-                            label="always-right bound")
+                            label="always-right bound (decoding alone)")
         rates.set_title(kind)
         rates.set_ylabel("aggregate tokens/s (best run)")
         rates.set_ylim(bottom=0)
