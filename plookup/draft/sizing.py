@@ -45,6 +45,11 @@ def size_batch(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int)
     return size_batch_drafts(table, counts, validate_cost_curve(cost), int(max_rows)).tolist()
 
 
+def sequence_ids(seqs: Optional[list[int]], m: int) -> np.ndarray:
+    """The m slots' sequence ids for the kernels: `seqs`, or by default 0, 1, ..., m - 1."""
+    return np.asarray(range(m) if seqs is None else seqs, dtype=np.int64)
+
+
 def streams_step_cost(rows: list[int], cost: np.ndarray, seqs: Optional[list[int]] = None) -> float:
     """What a step costs in a cache with a KV stream per sequence, `rows[i]` rows on sequence
     `seqs[i]` (increasing; by default 0, 1, 2, ...).
@@ -57,8 +62,7 @@ def streams_step_cost(rows: list[int], cost: np.ndarray, seqs: Optional[list[int
     Q8_0 on 2 cores, single decodes: 4 slots of 1, 5, 9, 1 rows 9.0, the formula 8.7; of 1, 1, 13,
     1 rows 7.3, the formula 7.9; of 4 rows each 6.4, the formula 6.7; in a unified cache all three
     cost 6.6-6.8). Two drafts with a sequence between them take a ubatch each."""
-    seqs = list(range(len(rows))) if seqs is None else seqs
-    return float(equal_split_cost(np.asarray(rows, dtype=np.int64), np.asarray(seqs, dtype=np.int64),
+    return float(equal_split_cost(np.asarray(rows, dtype=np.int64), sequence_ids(seqs, len(rows)),
                                   validate_cost_curve(cost)))
 
 
@@ -109,6 +113,5 @@ def size_streams(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: in
     of up to 64 tokens it weighs some 64 x m^2 / 2 choices a step, which Python took milliseconds
     to do."""
     table, counts = probability_table(probabilities)
-    seqs = list(range(len(probabilities))) if seqs is None else seqs
-    return size_stream_drafts(table, counts, np.asarray(seqs, dtype=np.int64), validate_cost_curve(cost),
+    return size_stream_drafts(table, counts, sequence_ids(seqs, len(probabilities)), validate_cost_curve(cost),
                               int(max_rows)).tolist()
