@@ -239,9 +239,13 @@ def test_streams_sizing_is_the_best_of_its_family(probabilities, gaps):
     m = len(probabilities)
     seqs = list(np.cumsum(gaps[:m]))
 
-    def rate(lengths):
+    def rate(lengths):  # the step's cost: the pending rows in one pass where the step fills gaps
         gained = sum(float(np.sum(p[:n])) for p, n in zip(probabilities, lengths))
-        return (m + gained) / streams_step_cost([1 + n for n in lengths], QWEN_COST, seqs)
+        if seqs[-1] - seqs[0] == m - 1:
+            step = streams_step_cost([1 + n for n in lengths], QWEN_COST, seqs)
+        else:
+            step = batch_cost(m, QWEN_COST) + streams_step_cost(lengths, QWEN_COST, seqs)
+        return (m + gained) / step
 
     best = rate([0] * m)
     oracle = best
@@ -282,6 +286,22 @@ def test_streams_sizing_keeps_drafts_together():
     assert lengths == [0, 0, 0]
     assert rate(lengths, true_cost) == pytest.approx(2.17, abs=0.01)
     assert rate(old, true_cost) == pytest.approx(1.89, abs=0.01)
+
+
+def test_idle_slots_between_do_not_make_drafts_look_free():
+    """Slots on sequences 0, 2, 4, 6 (idle ones between, which the step fills with a row each): a
+    draft must pay against the pending rows in one pass, as where the slots are neighbours. The
+    control: costing the pending rows as the unfilled split (a pass per slot) made unlikely
+    drafts look free (free text at 8 clients drafted 106-214 tokens a run and kept a fifth)."""
+    from plookup.draft.sizing import size_streams, streams_step_cost
+
+    unlikely = [np.cumprod(np.full(8, 0.3)) for _ in range(4)]
+    assert size_streams(unlikely, QWEN_COST, 200, [0, 1, 2, 3]) == [0, 0, 0, 0]
+    assert size_streams(unlikely, QWEN_COST, 200, [0, 2, 4, 6]) == [0, 0, 0, 0]
+    # under the unfilled split's cost, drafting would have looked better than not
+    gained = 4 * float(np.sum(unlikely[0][:2]))
+    unfilled = (4 + gained) / streams_step_cost([3, 3, 3, 3], QWEN_COST, [0, 2, 4, 6])
+    assert unfilled > 4 / streams_step_cost([1, 1, 1, 1], QWEN_COST, [0, 2, 4, 6])
 
 
 def test_streams_sizing_on_given_curves():
