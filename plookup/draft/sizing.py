@@ -104,7 +104,8 @@ def size_streams(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: in
     """Draft lengths for sequences verified in one step of a cache with a stream per sequence,
     ``probabilities[i]`` on sequence ``seqs[i]`` (increasing; by default 0, 1, 2, ...), where
     uneven drafts, and drafts with a sequence between them, split the step into several ubatches
-    (:func:`streams_step_cost`).
+    (:func:`streams_step_cost`; with idle slots between, the pending rows count as one pass, since
+    the step fills those gaps: :func:`plookup.native.draft_length.drafted_step_cost`).
 
     Considered: no draft; and for each length n, the k slots whose first n tokens are likeliest
     accepted drafting n each (k = 1..m), and each run of neighbouring slots drafting n. The best
