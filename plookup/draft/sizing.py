@@ -17,7 +17,7 @@ Two layouts of the cache, two step costs:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -66,46 +66,57 @@ def streams_step_cost(rows: list[int], cost: np.ndarray, seqs: Optional[list[int
                                   validate_cost_curve(cost)))
 
 
-def gaps_worth_filling(seqs: list[int], cost: np.ndarray) -> list[int]:
-    """The idle sequences worth a throwaway row in a step of `seqs` (one row each, in a cache
-    with a KV stream per sequence).
+def fillers_worth_adding(stepped: list[int], idle: list[int], cost: np.ndarray) -> list[int]:
+    """The `idle` sequences worth a throwaway row in a step of one row on each of `stepped`, in a
+    cache with a KV stream per sequence: those that make the step's passes over the weights
+    cheapest, the fewer rows where two choices cost the same.
 
     llama.cpp's equal split takes only consecutive sequences into a ubatch
-    (``llama_batch_allocr::split_equal``), so an idle sequence between two that step splits their
-    rows into two passes over the weights. A row on each idle one between two runs of stepped
-    sequences merges them into one pass where that costs less: cost(a + g + b) <= cost(a) +
-    cost(b) for runs of a and b rows and a gap of g (measured, Qwen 0.5B Q8_0, 8 slots on 2 cores:
-    a step of 7 rows split in two took 165 ms, one of 8 rows in one pass 128 ms). Runs merge from
-    the lowest sequence up."""
-    stepped = sorted(set(seqs))
-    runs: list[list[int]] = []
-    for seq in stepped:
-        if runs and seq == runs[-1][-1] + 1:
-            runs[-1].append(seq)
-        else:
-            runs.append([seq])
-    fill: list[int] = []
-    if not runs:
-        return fill
-    rows = len(runs[0])
-    for before, run in zip(runs, runs[1:]):
-        gap = list(range(before[-1] + 1, run[0]))
-        merged = rows + len(gap) + len(run)
-        if batch_cost(merged, cost) <= batch_cost(rows, cost) + batch_cost(len(run), cost):
-            fill += gap
-            rows = merged
-        else:
-            rows = len(run)
-    return fill
+    (``llama_batch_allocr::split_equal``), so the rows cost cost(r) for each run of r consecutive
+    sequences. A row on an idle sequence between two runs merges them into one pass where
+    cost(a + g + b) < cost(a) + cost(b) (measured, Qwen 0.5B Q8_0, 8 slots on 2 cores: a step of 7
+    rows split in two took 165 ms, one of 8 rows in one pass 128 ms); one beside a run lengthens
+    it, which pays where the curve is not monotone (the same model and machine, decode-only steps
+    of 4 slots: 3 rows 57-64 ms, 4 rows 49-52). A sequence neither stepped nor idle (a slot whose
+    context is full, a branch sequence) ends a run. Chosen over the sequences in order, keeping for
+    each length of the run still open the cheapest choice so far."""
+    stepped_set = set(stepped)
+    free = set(idle) - stepped_set
+    if not stepped_set:
+        return []
+
+    def closed(run: int) -> float:
+        return float(batch_cost(run, cost)) if run else 0.0
+
+    # open run's length -> (cost of the closed runs, fillers so far), the cheapest, then fewest
+    choices: dict[int, tuple[float, tuple[int, ...]]] = {0: (0.0, ())}
+    for seq in range(min(stepped_set | free), max(stepped_set | free) + 1):
+        after: dict[int, tuple[float, tuple[int, ...]]] = {}
+
+        def keep(run: int, spent: float, fillers: tuple[int, ...]) -> None:
+            if run not in after or (spent, len(fillers)) < (after[run][0], len(after[run][1])):
+                after[run] = (spent, fillers)
+
+        for run, (spent, fillers) in choices.items():
+            if seq in stepped_set:
+                keep(run + 1, spent, fillers)
+                continue
+            keep(0, spent + closed(run), fillers)
+            if seq in free:
+                keep(run + 1, spent, fillers + (seq,))
+        choices = after
+    _, _, fillers = min((spent + closed(run), len(fillers), fillers) for run, (spent, fillers) in choices.items())
+    return list(fillers)
 
 
 def size_streams(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: int,
-                 seqs: Optional[list[int]] = None) -> list[int]:
-    """Draft lengths for sequences verified in one step of a cache with a stream per sequence,
+                 seqs: Optional[list[int]] = None, fixed: Sequence[int] = ()) -> list[int]:
+    """Draft lengths for sequences verified in one step of a cache with a KV stream per sequence,
     ``probabilities[i]`` on sequence ``seqs[i]`` (increasing; by default 0, 1, 2, ...), where
     uneven drafts, and drafts with a sequence between them, split the step into several ubatches
-    (:func:`streams_step_cost`; with idle slots between, the pending rows count as one pass, since
-    the step fills those gaps: :func:`plookup.native.draft_length.drafted_step_cost`).
+    (:func:`streams_step_cost`). `fixed`: the other sequences with a row in the step, which yields
+    no token (the step's fillers, :func:`fillers_worth_adding`; a prompt chunk, counted as one
+    row): the step costs the split of all its rows. `max_rows` bounds them all.
 
     Considered: no draft; and for each length n, the k slots whose first n tokens are likeliest
     accepted drafting n each (k = 1..m), and each run of neighbouring slots drafting n. The best
@@ -113,6 +124,15 @@ def size_streams(probabilities: list[np.ndarray], cost: np.ndarray, max_rows: in
     tokens). The search runs in :func:`plookup.native.draft_length.size_stream_drafts`: with drafts
     of up to 64 tokens it weighs some 64 x m^2 / 2 choices a step, which Python took milliseconds
     to do."""
-    table, counts = probability_table(probabilities)
-    return size_stream_drafts(table, counts, sequence_ids(seqs, len(probabilities)), validate_cost_curve(cost),
-                              int(max_rows)).tolist()
+    own = sequence_ids(seqs, len(probabilities)).tolist()
+    everyone = sorted(set(own) | set(fixed))
+    where = {seq: i for i, seq in enumerate(everyone)}
+    chances = [np.zeros(0)] * len(everyone)
+    yields = np.zeros(len(everyone))
+    for seq, p in zip(own, probabilities):
+        chances[where[seq]] = p
+        yields[where[seq]] = 1.0
+    table, counts = probability_table(chances)
+    lengths = size_stream_drafts(table, counts, np.asarray(everyone, dtype=np.int64), yields,
+                                 validate_cost_curve(cost), int(max_rows))
+    return [int(lengths[where[seq]]) for seq in own]

@@ -14,7 +14,8 @@ stream of its own, as it has with several slots): a busy batch drafts less, a fu
 
 The rows go in the order of their sequences, each generation's together: with a KV stream per
 slot llama.cpp splits a step into ubatches of consecutive sequences only, so an idle slot between
-two stepped ones gets a throwaway row where that saves a pass over the weights (:meth:`Step._gap_fillers`).
+two stepped ones, or beside them, gets a throwaway row where that makes the step's passes over the
+weights cheaper (:meth:`Step._fillers`); the drafts are sized with those rows in the step.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, NamedTuple
 
 import llama_cpp
 
-from ..draft.sizing import gaps_worth_filling, size_batch, size_streams
+from ..draft.sizing import fillers_worth_adding, size_batch, size_streams
 from ..draft.values import NO_DRAFT, Draft
 from ..verify.rows import fill, last_row_logits, sequence_rows, verify_rows
 from .slot import Generation
@@ -69,11 +70,11 @@ class Step:
         if not decoding and not prefilling:
             return
         began = time.perf_counter()
-        drafts = self._drafts(decoding, reserve=len(prefilling))
+        fillers = self._fillers(decoding + prefilling) if self.streams else []
+        drafts = self._drafts(decoding, prefilling, fillers)
         parts = [self._draft_rows(gen, draft) for gen, draft in zip(decoding, drafts)]
         chunks = self._chunk_rows(prefilling, self.llm.n_batch - sum(len(part.rows) for part in parts))
         stepped = [piece.owner for piece in parts + chunks]
-        fillers = self._gap_fillers(stepped) if self.streams else []
         if sum(len(piece.rows) for piece in parts + chunks) + len(fillers) > self.llm.n_batch:
             fillers = []  # a full batch is a prompt chunk's: a pass more or less is little beside it
         rows, logits, starts = self._batch(parts + chunks + fillers)
@@ -153,17 +154,17 @@ class Step:
             budget -= len(chunk)
         return chunks
 
-    def _gap_fillers(self, stepped: list[Generation]) -> list[Piece]:
-        """With a KV stream per slot, a slot that sits this step out between two that step (a
-        request finished, a client not reading) splits the step into one more pass over the
-        weights (:func:`plookup.draft.sizing.gaps_worth_filling`). Each such slot where one row
-        costs less than that pass gets a throwaway row behind its cells, dropped after the decode."""
-        by_seq = {slot.seq: slot for slot in self.slots}
+    def _fillers(self, stepping: list[Generation]) -> list[Piece]:
+        """With a KV stream per slot, llama.cpp passes over the weights once per run of consecutive
+        stepped sequences, and the curve may make a longer run cheaper than a shorter one: an idle
+        slot where a row makes the step's passes cheaper (between two runs, or beside one:
+        :func:`plookup.draft.sizing.fillers_worth_adding`) gets a throwaway row behind its cells,
+        dropped after the decode. A slot whose context is full takes none."""
+        busy = {gen.slot.seq for gen in stepping}
+        idle = {slot.seq: slot for slot in self.slots if slot.seq not in busy and self._room(slot) >= 0}
         fillers = []
-        for seq in gaps_worth_filling([gen.slot.seq for gen in stepped], self.llm.drafter.policy.cost):
-            slot = by_seq[seq]
-            if self._room(slot) < 0:
-                return []  # a row behind a full context would not fit: leave the split as it is
+        for seq in fillers_worth_adding(sorted(busy), sorted(idle), self.llm.drafter.policy.cost):
+            slot = idle[seq]
             token = int(slot.tokens[slot.n - 1]) if slot.n > 0 else 0
             fillers.append(Piece(slot, None, sequence_rows([token], slot.n, slot.seq), [False]))
         return fillers
@@ -191,11 +192,13 @@ class Step:
             for gen in stepped:
                 gen.shared = True
 
-    def _drafts(self, decoding: list[Generation], reserve: int) -> list[Draft]:
-        """Each decoding generation's draft; `reserve` rows stay free for prefill chunks."""
+    def _drafts(self, decoding: list[Generation], prefilling: list[Generation], fillers: list[Piece]) -> list[Draft]:
+        """Each decoding generation's draft; a row each stays free for the prefilling ones' chunks,
+        and the fillers' rows are the step's too."""
         llm = self.llm
         if not decoding or not llm.can_roll_back:
             return [NO_DRAFT] * len(decoding)
+        reserve = len(prefilling) + len(fillers)
         limits = [self._draft_limit(gen, len(decoding), reserve) for gen in decoding]
 
         def timed(gen, ask, limit):  # the drafter's time is its generation's
@@ -210,11 +213,12 @@ class Step:
         else:  # several slots sized together; or one whose request cuts its drafts by p_min
             offers = [timed(gen, gen.drafter.offer, limit) for gen, limit in zip(decoding, limits)]
             chances = [gen.call.speculative.cut(p) for gen, (_, p) in zip(decoding, offers)]
-            cost, max_rows = llm.drafter.policy.cost, llm.n_batch - reserve
-            if self.streams:
-                lengths = size_streams(chances, cost, max_rows, [gen.slot.seq for gen in decoding])
+            cost = llm.drafter.policy.cost
+            if self.streams:  # the step's other rows, each one row, where the split puts them
+                fixed = [gen.slot.seq for gen in prefilling] + [piece.owner.seq for piece in fillers]
+                lengths = size_streams(chances, cost, llm.n_batch, [gen.slot.seq for gen in decoding], fixed)
             else:
-                lengths = size_batch(chances, cost, max_rows)
+                lengths = size_batch(chances, cost, llm.n_batch - reserve)
             drafts = [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
         # a request's n_min drops its shorter drafts, as llama-server's does
         return [NO_DRAFT if len(d) < gen.call.speculative.n_min else d for gen, d in zip(decoding, drafts)]

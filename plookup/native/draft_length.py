@@ -182,18 +182,6 @@ def equal_split_cost(rows, seqs, cost):
             left[i] -= take
 
 
-@njit(cache=True)
-def drafted_step_cost(rows, seqs, cost):
-    """What the engine's step costs with rows[i] rows on sequence seqs[i] (a pending row each, the
-    rest draft): :func:`equal_split_cost` where the sequences are consecutive; where idle slots
-    sit between them, the pending rows as one pass (the step fills such gaps,
-    :func:`plookup.draft.sizing.gaps_worth_filling`) and the drafts as llama.cpp splits them."""
-    m = rows.size
-    if m == 0 or seqs[m - 1] - seqs[0] == m - 1:
-        return equal_split_cost(rows, seqs, cost)
-    return batch_cost(m, cost) + equal_split_cost(rows - 1, seqs, cost)
-
-
 @njit(cache=True, inline="always")
 def _likeliest_first(gain_of, order):
     """The slots able to draft (gain_of[i] >= 0) into `order`, by gain descending, ties the
@@ -212,12 +200,12 @@ def _likeliest_first(gain_of, order):
 
 
 @njit(cache=True)
-def size_stream_drafts(probs, counts, seqs, cost, max_rows):
+def size_stream_drafts(probs, counts, seqs, yields, cost, max_rows):
     """Draft lengths for m slots verified in one step of a cache with a KV stream per slot, slot i
-    on sequence seqs[i] (increasing): each slot's pending row, and drafts of one length n on some
-    of them, cost what :func:`drafted_step_cost` says: one ubatch of the pending rows, then one of
-    the drafts per run of consecutive sequences that draft (one ubatch in all when every slot
-    drafts and their sequences are consecutive). probs[i, k] as for :func:`size_batch_drafts`.
+    on sequence seqs[i] (increasing) with its pending row, yields[i] tokens from it (1; 0 for a
+    row the step adds that yields none: a gap filler, a prompt chunk counted as one row), and
+    drafts of one length n on some of them: the step costs what :func:`equal_split_cost` says.
+    probs[i, k] as for :func:`size_batch_drafts`; counts[i] = 0 where slot i drafts nothing.
 
     Weighed for each n: the k slots whose first n tokens are likeliest accepted (ties: the higher
     index first), and every run of neighbouring slots; the best expected tokens per cost wins,
@@ -225,7 +213,8 @@ def size_stream_drafts(probs, counts, seqs, cost, max_rows):
     m = counts.size
     best = np.zeros(m, dtype=np.int64)
     rows = np.ones(m, dtype=np.int64)
-    best_rate = m / drafted_step_cost(rows, seqs, cost)
+    pending = yields.sum()
+    best_rate = pending / equal_split_cost(rows, seqs, cost)
     gain_of = np.zeros(m)  # each slot's expected accepted tokens of a draft of n; -1: it has fewer
     order = np.zeros(m, dtype=np.int64)
     for n in range(1, counts.max() + 1):
@@ -235,14 +224,14 @@ def size_stream_drafts(probs, counts, seqs, cost, max_rows):
         able = _likeliest_first(gain_of, order)
         for start in range(-1, m):
             rows[:] = 1
-            expected = float(m)
+            expected = pending
             for k in range(1, (able if start < 0 else m - start) + 1):
                 i = order[k - 1] if start < 0 else start + k - 1
                 if gain_of[i] < 0.0 or m + k * n > max_rows:
                     break
                 rows[i] = 1 + n
                 expected += gain_of[i]
-                rate = expected / drafted_step_cost(rows, seqs, cost)
+                rate = expected / equal_split_cost(rows, seqs, cost)
                 if rate > best_rate:
                     best_rate = rate
                     for j in range(m):

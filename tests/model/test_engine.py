@@ -12,7 +12,7 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.draft.sizing import gaps_worth_filling
+from plookup.draft.sizing import fillers_worth_adding
 
 from conftest import LLAMA_KWARGS
 from support.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps, standard_workloads
@@ -301,7 +301,7 @@ def test_a_slot_between_two_decoding_ones_gets_a_throwaway_row(parallel_smol, re
     finally:
         engine.trace = None
     # the filler, where the model's curve says one pass of 3 rows costs less than two of 1
-    filled = gaps_worth_filling([0, 2], llm.drafter.policy.cost) == [1]
+    filled = len(fillers_worth_adding([0, 2], [1, 3], llm.drafter.policy.cost))
     assert steps and all(s.rows == sum(d + 1 for d in s.drafted) + filled for s in steps)
     assert engine.slots[1].n == cells > 0
     pos_max = [llama_cpp.llama_memory_seq_pos_max(engine.memory, s.seq) for s in engine.slots]

@@ -211,51 +211,53 @@ def test_a_sequence_between_two_drafts_splits_them():
     assert apart > together
 
 
-def stream_family(probabilities, n):
+def stream_family(probabilities, n, seqs=None, fixed=()):
     """size_streams's family for draft length n: the likeliest k slots (k = 1..m), and every run
-    of neighbouring slots, each able to draft n."""
+    of neighbouring slots, each able to draft n (neighbours in the order of the sequences, a
+    sequence with a fixed row between two slots parting them)."""
     able = [i for i, p in enumerate(probabilities) if len(p) >= n]
     by_gain = sorted(able, key=lambda i: (-float(np.sum(probabilities[i][:n])), -i))
     family = [set(by_gain[:k]) for k in range(1, len(by_gain) + 1)]
-    m = len(probabilities)
-    for start in range(m):
-        for end in range(start + 1, m + 1):
-            if all(i in able for i in range(start, end)):
-                family.append(set(range(start, end)))
+    seqs = list(range(len(probabilities))) if seqs is None else seqs
+    order = sorted([(seq, i) for i, seq in enumerate(seqs)] + [(seq, None) for seq in fixed])
+    for start in range(len(order)):
+        for end in range(start + 1, len(order) + 1):
+            run = [i for _, i in order[start:end]]
+            if all(i is not None and i in able for i in run):
+                family.append(set(run))
     return family
 
 
 @settings(max_examples=150, deadline=None)
 @given(probabilities=st.lists(st.lists(st.floats(0.01, 1.0), max_size=6).map(decreasing), min_size=1, max_size=5),
-       gaps=st.lists(st.integers(1, 2), min_size=5, max_size=5))
-def test_streams_sizing_is_the_best_of_its_family(probabilities, gaps):
+       gaps=st.lists(st.integers(1, 2), min_size=5, max_size=5), fillers=st.integers(0, 4))
+def test_streams_sizing_is_the_best_of_its_family(probabilities, gaps, fillers):
     """Brute force over the family size_streams searches (the likeliest k slots drafting n
     tokens each, or a run of neighbours, n within every chosen slot's candidate; the others
-    none; or drafting nothing), on sequences with and without gaps between them; and never
-    better than the best of every set of slots (the family is a heuristic, not an oracle)."""
+    none; or drafting nothing), on sequences with and without gaps between them, some gaps with a
+    row that yields nothing (a filler); and never better than the best of every set of slots (the
+    family is a heuristic, not an oracle)."""
     from plookup.draft.sizing import size_streams, streams_step_cost
 
     probabilities = [np.array(p) for p in probabilities]
     m = len(probabilities)
-    seqs = list(np.cumsum(gaps[:m]))
+    seqs = [int(seq) for seq in np.cumsum(gaps[:m])]
+    fixed = [seq for seq in range(seqs[0], seqs[-1]) if seq not in seqs][: fillers]  # a row each, no token
 
-    def rate(lengths):  # the step's cost: the pending rows in one pass where the step fills gaps
+    def rate(lengths):  # the step's cost: llama.cpp's split of all its rows
         gained = sum(float(np.sum(p[:n])) for p, n in zip(probabilities, lengths))
-        if seqs[-1] - seqs[0] == m - 1:
-            step = streams_step_cost([1 + n for n in lengths], QWEN_COST, seqs)
-        else:
-            step = batch_cost(m, QWEN_COST) + streams_step_cost(lengths, QWEN_COST, seqs)
-        return (m + gained) / step
+        rows = dict(zip(seqs, [1 + n for n in lengths])) | {seq: 1 for seq in fixed}
+        return (m + gained) / streams_step_cost([rows[seq] for seq in sorted(rows)], QWEN_COST, sorted(rows))
 
     best = rate([0] * m)
     oracle = best
     for n in range(1, 7):
-        for chosen in stream_family(probabilities, n):
+        for chosen in stream_family(probabilities, n, seqs, fixed):
             best = max(best, rate([n if i in chosen else 0 for i in range(m)]))
         for chosen in itertools.product([False, True], repeat=m):
             if not any(c and len(p) < n for c, p in zip(chosen, probabilities)):
                 oracle = max(oracle, rate([n if c else 0 for c in chosen]))
-    lengths = size_streams(probabilities, QWEN_COST, 200, seqs)
+    lengths = size_streams(probabilities, QWEN_COST, 200, seqs, fixed)
     assert all(n <= len(p) for n, p in zip(lengths, probabilities))
     assert len({n for n in lengths if n}) <= 1  # one draft length
     assert rate(lengths) == pytest.approx(best)
@@ -289,15 +291,16 @@ def test_streams_sizing_keeps_drafts_together():
 
 
 def test_idle_slots_between_do_not_make_drafts_look_free():
-    """Slots on sequences 0, 2, 4, 6 (idle ones between, which the step fills with a row each): a
-    draft must pay against the pending rows in one pass, as where the slots are neighbours. The
-    control: costing the pending rows as the unfilled split (a pass per slot) made unlikely
-    drafts look free (free text at 8 clients drafted 106-214 tokens a run and kept a fifth)."""
+    """Slots on sequences 0, 2, 4, 6, the idle ones between filled with a row each (the sizing is
+    told of them): a draft must pay against the pending rows in one pass, as where the slots are
+    neighbours. The control: costing the pending rows as the unfilled split (a pass per slot) made
+    unlikely drafts look free (free text at 8 clients drafted 106-214 tokens a run and kept a
+    fifth)."""
     from plookup.draft.sizing import size_streams, streams_step_cost
 
     unlikely = [np.cumprod(np.full(8, 0.3)) for _ in range(4)]
     assert size_streams(unlikely, QWEN_COST, 200, [0, 1, 2, 3]) == [0, 0, 0, 0]
-    assert size_streams(unlikely, QWEN_COST, 200, [0, 2, 4, 6]) == [0, 0, 0, 0]
+    assert size_streams(unlikely, QWEN_COST, 200, [0, 2, 4, 6], fixed=[1, 3, 5]) == [0, 0, 0, 0]
     # under the unfilled split's cost, drafting would have looked better than not
     gained = 4 * float(np.sum(unlikely[0][:2]))
     unfilled = (4 + gained) / streams_step_cost([3, 3, 3, 3], QWEN_COST, [0, 2, 4, 6])
