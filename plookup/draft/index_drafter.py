@@ -73,7 +73,7 @@ class IndexDrafter(LlamaDraftModel):
 
     def use_cost_curve(self, cost) -> None:
         """Size drafts for this verify-cost curve (see :mod:`plookup.measure.costs`)."""
-        self.policy = DraftPolicy(self.policy.min_match, cost)
+        self.policy = DraftPolicy(self.policy.min_match, cost, self.policy.past)
 
     def start(self, tokens: npt.ArrayLike) -> None:
         """A new generation over `tokens`: sync the index, calibrate afresh."""
@@ -161,7 +161,7 @@ class IndexDrafter(LlamaDraftModel):
     def spawn(self) -> "IndexDrafter":
         """A drafter of the same kind and settings over an empty history."""
         drafter = self._fresh()
-        drafter.policy = DraftPolicy(self.policy.min_match, self.policy.cost)
+        drafter.policy = DraftPolicy(self.policy.min_match, self.policy.cost, self.policy.past)
         drafter.max_draft, drafter.branches = self.max_draft, self.branches
         return drafter
 

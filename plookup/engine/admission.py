@@ -126,7 +126,8 @@ class Admission(Turns):
                 slot.generation = None
 
     def forget(self) -> None:
-        """Drop the cells of every idle slot (a benchmark's runs then each prefill afresh)."""
+        """Drop the cells of every idle slot, and the drafts' past outcomes (a benchmark's runs
+        then each prefill and calibrate afresh)."""
 
         def drop():
             for slot in self.slots:
@@ -134,6 +135,9 @@ class Admission(Turns):
                     slot.n = 0
 
         self._wait_for(drop)
+        policy = getattr(self.llm.drafter, "policy", None)
+        if policy is not None:
+            policy.past.clear()
 
     def _supersede(self) -> None:
         """With one slot, a new generation takes the model from one whose consumer has not

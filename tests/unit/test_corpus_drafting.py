@@ -89,7 +89,10 @@ def check_corpus_calibrated_apart(drafter: SuffixDrafter) -> None:
     drafter.sync(OWN_HISTORY)  # same request, calibration kept; the request now repeats itself
     own = drafter.propose(8)
     assert own.source == REQUEST and len(own) > 0, "the request's own drafts should go on"
-    drafter.start(CORPUS_HISTORY)  # a new request calibrates afresh: the corpus drafts again
+    drafter.start(CORPUS_HISTORY)  # a new request: its prior leans on the past, where the corpus went astray
+    assert len(drafter.propose(8)) < len(first)
+    drafter.policy.past.clear()
+    drafter.start(CORPUS_HISTORY)  # with no past it calibrates afresh: the corpus drafts again
     assert len(drafter.propose(8)) == len(first)
 
 
@@ -102,6 +105,7 @@ def test_control_a_shared_calibration_fails_the_check(monkeypatch):
         return PRIOR_HITS, self._hits, self._trials  # every source in the request's calibration
 
     monkeypatch.setattr(DraftPolicy, "_outcomes", shared)
+    monkeypatch.setattr(DraftPolicy, "_own", lambda self, kind: (self._hits, self._trials))
     with pytest.raises(AssertionError, match="request's own drafts"):
         check_corpus_calibrated_apart(corpus_drafter())
 
@@ -114,7 +118,9 @@ def test_corpus_prior_is_more_pessimistic_and_observe_updates_only_its_source():
     assert policy.reliability(20) == before and policy.reliability(20, CORPUS) < policy.reliability(20)
     policy.observe(20, 4, 4)  # the request's (and the memory's) calibration
     assert policy.reliability(20, "memory") == policy.reliability(20) > before
-    policy.start_request()
+    policy.start_request()  # its own counts gone; its prior comes down where the past's outcomes were worse
+    assert policy.reliability(20) == before and policy.reliability(20, CORPUS) < CORPUS_PRIOR_HITS[4] / 4.0
+    policy.past.clear()
     assert policy.reliability(20) == before
     assert policy.reliability(20, CORPUS) == pytest.approx(CORPUS_PRIOR_HITS[4] / 4.0)
 

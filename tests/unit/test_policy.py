@@ -151,16 +151,81 @@ def test_an_outcome_counts_the_judged_tokens_only_written_out():
     policy = DraftPolicy(cost=CPU_COST_CURVE)
     prior_hits, prior_trials = policy.calibration()
     policy.observe(4, drafted=4, accepted=1)  # tokens at lengths 4 (kept) and 5 (rejected): bucket [4, 8)
+    policy.past.clear()  # the request's own counts over the fixed prior
     hits, trials = policy.calibration()
     assert added(hits, prior_hits) == [0, 0, 1, 0, 0, 0, 0, 0]
     assert added(trials, prior_trials) == [0, 0, 2, 0, 0, 0, 0, 0]
     policy.start_request()
     policy.observe(7, drafted=4, accepted=1)  # lengths 7 (kept, bucket [4, 8)) and 8 (rejected, [8, 16))
+    policy.past.clear()  # the request's own counts over the fixed prior
     hits, trials = policy.calibration()
     assert added(hits, prior_hits) == [0, 0, 1, 0, 0, 0, 0, 0]
     assert added(trials, prior_trials) == [0, 0, 1, 1, 0, 0, 0, 0]
     policy.start_request()
     policy.observe(2, drafted=3, accepted=3)  # all kept: lengths 2, 3 ([2, 4)) and 4 ([4, 8))
+    policy.past.clear()  # the request's own counts over the fixed prior
     hits, trials = policy.calibration()
     assert added(hits, prior_hits) == [0, 1 + 1, 1, 0, 0, 0, 0, 0]
     assert added(trials, prior_trials) == [0, 2, 1, 0, 0, 0, 0, 0]
+
+
+def test_a_new_request_starts_from_what_the_earlier_ones_showed():
+    """PastOutcomes: a model whose earlier requests' drafts from 4-token matches were rejected
+    starts the next request without drafting one, where a fresh model drafts it (the control);
+    longer matches' buckets are as they were; the request's own outcomes still move it."""
+    policy, fresh = DraftPolicy(cost=CPU_COST_CURVE), DraftPolicy(cost=CPU_COST_CURVE)
+    assert policy.choose(4, SURE) > 0
+    for _ in range(3):  # three requests of 128 tokens, each with four such drafts rejected
+        policy.start_request()
+        for _ in range(4):
+            policy.observe(4, drafted=8, accepted=0)
+    policy.start_request()
+    assert policy.choose(4, SURE) == 0 < fresh.choose(4, SURE)
+    assert policy.reliability(4) == pytest.approx(0.8 * 4 / (4 + 12))  # the prior at 0.8, 12 misses past
+    assert policy.reliability(64) == fresh.reliability(64)
+    for _ in range(20):
+        policy.observe(4, drafted=4, accepted=4)
+    assert policy.choose(4, SURE) > 0
+
+
+def test_the_past_never_raises_the_prior():
+    """Kept drafts in earlier requests leave a new request's prior at the fixed one: its first
+    drafts meet its own edits (raising it drafted 2310 tokens a run on code edits at 4 clients and
+    kept 72 %, against 1757 and 91 %). The control: the prior leaned on the past unbounded is higher."""
+    from plookup.draft.policy import PRIOR_HITS, PRIOR_WEIGHT
+
+    policy, fresh = DraftPolicy(cost=CPU_COST_CURVE), DraftPolicy(cost=CPU_COST_CURVE)
+    for _ in range(40):
+        policy.observe(4, drafted=8, accepted=8)
+    policy.start_request()
+    assert policy.reliability(4) == fresh.reliability(4) and policy.choose(4, SURE) == fresh.choose(4, SURE)
+    past = policy.past
+    unbounded = (PRIOR_HITS + past.hits["request"]) / (PRIOR_WEIGHT + past.trials["request"])
+    assert unbounded[2] > policy.reliability(4)
+
+
+def test_the_past_fades_and_is_shared_by_a_models_slots():
+    from plookup.draft.drafters import SuffixDrafter
+    from plookup.draft.policy import PAST_TRIALS
+
+    model = SuffixDrafter()
+    slot = model.spawn()
+    assert slot.policy.past is model.policy.past
+    model.use_cost_curve(CPU_COST_CURVE)
+    assert model.policy.past is slot.policy.past  # a measured curve keeps what the past showed
+    for _ in range(1000):
+        slot.policy.observe(4, drafted=1, accepted=0)
+    past = model.policy.past
+    assert past.trials["request"].max() == pytest.approx(PAST_TRIALS)  # the last 32 judged tokens count
+    assert model.policy.reliability(4) < 0.15
+    past.clear()
+    assert model.policy.reliability(4) == DraftPolicy().reliability(4)
+
+
+def test_sampled_requests_leave_the_past_as_it_was():
+    """A sampled token's outcome says the temperature too, which the prior scales for already."""
+    policy = DraftPolicy(cost=CPU_COST_CURVE)
+    policy.observe_sampling(20, 8)
+    for _ in range(50):
+        policy.observe(4, drafted=4, accepted=0)
+    assert policy.past.trials["request"].sum() == 0
