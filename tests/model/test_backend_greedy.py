@@ -82,10 +82,12 @@ def test_backend_sampling_gives_the_argmax_rows_tokens_and_steps(any_model_pair)
     prompt = chat_prompt_tokens(llm, MESSAGES)
     try:
         llm.backend_sampling = False
+        llm.drafter.policy.past.clear()  # both runs from the fixed prior: the same drafts
         host = generate(llm, prompt, repeat_penalty=1.0)
         host_stats = llm.last_stats.as_dict()
         assert host_stats["sampler"] == "argmax"
         llm.backend_sampling = True
+        llm.drafter.policy.past.clear()
         backend = generate(llm, prompt, repeat_penalty=1.0)
         stats = llm.last_stats.as_dict()
         assert stats["sampler"] == "backend", name

@@ -435,13 +435,16 @@ def test_exact_build_repeat_penalty_with_and_without_prediction_is_plains_text(p
 @pytest.mark.exact_build
 def test_each_call_starts_from_the_prior_and_what_carries_over(smol, monkeypatch):
     """The policy's calibration is the request's own: each call's first draft is sized from the
-    prior. What carries over: the cost curve, the exactness verdict, the cached prompt (KV cells)."""
+    prior, which comes down where the earlier calls' drafts went astray (never up). What carries
+    over: the cost curve, the exactness verdict, the cached prompt (KV cells), the past outcomes."""
     first_calibrations = []
     propose = smol.drafter.propose
+    smol.drafter.policy.past.clear()
 
     def recording(limit=None):
         if len(first_calibrations) < calls:
-            first_calibrations.append(smol.drafter.policy.calibration())
+            past_prior = smol.drafter.policy.past.prior("request", PRIOR_HITS)
+            first_calibrations.append((*smol.drafter.policy.calibration(), past_prior))
         return propose(limit)
 
     monkeypatch.setattr(smol.drafter, "propose", recording)
@@ -453,7 +456,10 @@ def test_each_call_starts_from_the_prior_and_what_carries_over(smol, monkeypatch
         stats = smol.last_stats
         assert stats.accepted > 0 and smol.drafter.policy._trials.sum() > 0  # it learnt within the call
         prefills.append(stats.prefill_tokens)
-    for hits, trials in first_calibrations:
-        assert np.array_equal(hits, PRIOR_HITS) and np.array_equal(trials, np.full_like(trials, PRIOR_WEIGHT))
+    (first, _, _), (second, _, past_prior) = first_calibrations
+    assert np.array_equal(first, PRIOR_HITS)  # nothing past yet
+    assert np.array_equal(second, past_prior) and np.all(second <= PRIOR_HITS) and np.any(second < PRIOR_HITS)
+    for _, trials, _ in first_calibrations:
+        assert np.array_equal(trials, np.full_like(trials, PRIOR_WEIGHT))  # none of its own yet
     assert np.array_equal(smol.drafter.policy.cost, cost) and smol.exact is EXACT_BUILD
     assert prefills[1] == 1  # the cached prompt: only its last token decoded again
