@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Optional
 
 import llama_cpp
@@ -42,12 +43,22 @@ MAX_MEASURED_ROWS = 256
 CONTEXT_TOKENS = 256
 
 
+# A curve whose first and second halves of rounds differ by more than this at a size up to DENSE_N
+# was measured while the machine's speed moved (another process on its cores): it is measured
+# again, up to MAX_PASSES times. Seen: a Qwen 0.5B Q8_0 curve cached on a busy 2-core machine read
+# 1, 3.44, 5.27, 2.34 for 1-4 rows and 12.4 at 64, where on the idle machine they cost 1, 2.58,
+# 3.52, 3.02 and 19.5, and every several-slot sizing drafted too much on it.
+STEADY_TOLERANCE = 0.15
+MAX_PASSES = 3
+# Fewer rounds than this are not split in halves (a quick curve: tests, --quick).
+MIN_SPLIT_ROUNDS = 4
+
 # Plain decoding runs one-token decodes back to back, and a GPU backend replays its captured graph
 # only while the batch shape repeats (llama.cpp's CUDA graphs): the first decode of a run of
 # one-token decodes pays for the capture, the next ones are what plain decoding costs.
 SINGLE_RUN = 4
 # Part of the cache key: a change in how the curve is measured measures cached curves again.
-METHOD = "synchronized; one-token decodes in runs; sparse sizes 8/32/64 apart"
+METHOD = "synchronized; one-token decodes in runs; sparse sizes 8/32/64 apart; again until halves agree"
 
 
 def context_limit(llm: llama_cpp.Llama) -> int:
@@ -74,7 +85,9 @@ def measure_cost_curve(
     """cost[n - 1] = median time of an n-token decode / median time of a 1-token decode, n = 1..max_n.
 
     The sizes of :func:`curve_sizes` are timed, linear in between. Shorter when n_batch or n_ctx is
-    below max_n. Leaves `llm` reset (its cache no longer matches any prompt).
+    below max_n. A pass whose two halves of rounds disagree (:func:`steady`) is measured again; when
+    MAX_PASSES all disagree, their median is the curve, with a warning. Leaves `llm` reset (its
+    cache no longer matches any prompt).
     """
     vocab = llm.n_vocab()
     # A small context (n_ctx, and with it n_batch) bounds both the batch and the context behind it.
@@ -87,21 +100,50 @@ def measure_cost_curve(
     llm.eval(context[:n_context])
     n_past = llm.n_tokens
     sizes = curve_sizes(max_n)
-    samples: dict[int, list[float]] = {n: [] for n in sizes}
+    _decode_seconds(llm, context[:max_n], n_past)  # warm-up: first use of the largest graph
+    curves = []
+    for _ in range(MAX_PASSES):
+        curve, halves = _timed_pass(llm, context, n_past, sizes, repeats)
+        curves.append(curve)
+        if halves is None or steady(*halves):
+            break
+    else:
+        warnings.warn(f"the machine's speed moved while the verify-cost curve was measured ({MAX_PASSES} "
+                      "passes disagreed): drafts are sized by their median; measure again on an idle machine "
+                      "(plookup doctor)", RuntimeWarning, stacklevel=2)
+        curve = np.median(curves, axis=0)
+    llm.reset()
+    llm._requires_eval = True
+    return np.interp(np.arange(1, max_n + 1), sizes, curve)
+
+
+def _timed_pass(llm, context: list[int], n_past: int, sizes: list[int], repeats: int):
+    """(curve at `sizes`, its halves' curves at the dense sizes or None): `repeats` rounds of
+    decodes, each a median over its rounds divided by the one-token decodes'."""
+    rounds: list[dict[int, list[float]]] = []
     # Sizes interleaved within each round, so drift in machine load is shared by all of them;
     # verify steps change size from step to step as they do here, one-token decodes come in runs.
-    _decode_seconds(llm, context[:max_n], n_past)  # warm-up: first use of the largest graph
     for round_ in range(repeats):
-        run = [_decode_seconds(llm, context[:1], n_past) for _ in range(SINGLE_RUN)]
-        samples[1] += run[1:]
+        timed = {1: [_decode_seconds(llm, context[:1], n_past) for _ in range(SINGLE_RUN)][1:]}
         for n in sizes[1:]:
             # The large batches of several slots cost the most to time and vary least: fewer rounds.
             if n <= DENSE_N or round_ < max(2, repeats // 2):
-                samples[n].append(_decode_seconds(llm, context[:n], n_past))
-    llm.reset()
-    llm._requires_eval = True
-    medians = np.array([np.median(samples[n]) for n in sizes])
-    return np.interp(np.arange(1, max_n + 1), sizes, medians) / medians[0]
+                timed[n] = [_decode_seconds(llm, context[:n], n_past)]
+        rounds.append(timed)
+
+    def curve(of: list[dict[int, list[float]]], at: list[int]) -> np.ndarray:
+        medians = np.array([np.median([t for r in of for t in r.get(n, [])]) for n in at])
+        return medians / medians[0]
+
+    if repeats < MIN_SPLIT_ROUNDS:
+        return curve(rounds, sizes), None
+    dense = [n for n in sizes if n <= DENSE_N]
+    return curve(rounds, sizes), (curve(rounds[: repeats // 2], dense), curve(rounds[repeats // 2 :], dense))
+
+
+def steady(first: np.ndarray, second: np.ndarray) -> bool:
+    """Whether two curves of the same sizes agree within STEADY_TOLERANCE everywhere."""
+    return bool(np.all(np.abs(first / second - 1.0) <= STEADY_TOLERANCE))
 
 
 def curve_sizes(max_n: int) -> list[int]:
