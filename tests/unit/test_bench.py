@@ -539,3 +539,13 @@ def test_a_restarted_llama_server_is_a_fresh_process_on_the_same_address(tmp_pat
     finally:
         server.close()
     assert server.process.poll() is not None
+
+
+def test_an_odd_count_of_repeats_is_named_unbalanced():
+    """The systems' order reverses every other repeat: 3 repeats run the first system first twice
+    (measured: the second of a pair read 2-4 % slower), 2 and 4 balance it."""
+    from plookup.app.bench.concurrency import order_unbalanced
+
+    assert order_unbalanced(3, 2) and order_unbalanced(5, 5)
+    assert not order_unbalanced(2, 2) and not order_unbalanced(4, 5)
+    assert not order_unbalanced(1, 2) and not order_unbalanced(3, 1)

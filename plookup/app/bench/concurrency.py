@@ -229,6 +229,13 @@ def start_level_servers(args, kwargs: dict, llm, clients: int, note, server: Opt
     return servers
 
 
+def order_unbalanced(repeats: int, systems: int) -> bool:
+    """Whether `repeats` runs of `systems` systems, their order reversed every other repeat, run
+    one system first more often than another (an odd count of two or more; one repeat shows no
+    spread to bias)."""
+    return systems > 1 and repeats > 1 and repeats % 2 == 1
+
+
 def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, systems: dict, local: dict,
                  note, warm_up) -> dict:
     """One workload kind at one level: system -> its runs (:func:`run_cell`'s records), every
@@ -245,6 +252,10 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
              "llama-server's ngram-mod drafts the second from the first's answer, plookup here does not "
              "(no memory); --per-kind >= clients x rounds avoids it")
     prompts = (prompts * wanted)[:wanted]
+    if order_unbalanced(args.repeats or 1, len(systems)):
+        note(f"c={clients} {kind}: {args.repeats} repeats, the systems' order reversed every other one: "
+             "an odd count runs the first system first once more (the second of a pair read 2-4 % slower "
+             "here, BENCHMARKS.md); an even --repeats balances it")
     cells = {s: [] for s in systems}
     for repeat in range(args.repeats or 1):
         # Side by side: the systems take turns, in reverse order every other repeat, so
