@@ -13,7 +13,8 @@ P(token k accepted | tokens before it accepted) is estimated as ``agree[k] * rel
 ``agree`` is the index's own statistic (how often this context was followed by this token), and
 ``reliability`` is how often a match of that length was right before in this request, calibrated
 online from the accept/reject outcomes the decoder reports back through :meth:`DraftPolicy.observe`,
-from a prior that leans on the model's earlier requests' greedy outcomes (:class:`PastOutcomes`).
+from a fixed prior that comes down where the model's earlier requests' greedy drafts went astray
+(:class:`PastOutcomes`).
 
 Under sampling a draft token that is the model's most likely one is accepted only when the sample
 is that token too. Before a request has outcomes of its own, the prior's reliability is scaled by
@@ -70,8 +71,8 @@ MIN_PREFIX_PROBABILITY = 0.05
 # Prior belief, in pseudo-samples, that a sample is the most likely token (greedy decoding's case).
 SAMPLING_PRIOR_WEIGHT = 2.0
 
-# The earlier requests' judged draft tokens a bucket remembers, older ones fading: what the prior
-# of a new request leans on (PastOutcomes).
+# The earlier requests' judged draft tokens a bucket remembers, older ones fading: where a new
+# request's prior comes down from (PastOutcomes).
 PAST_TRIALS = 32.0
 
 
@@ -85,10 +86,10 @@ def validate_cost_curve(cost) -> np.ndarray:
 class PastOutcomes:
     """The draft outcomes of the requests a model served, per source and bucket, the last
     PAST_TRIALS judged tokens of each bucket counting (older ones fade): how far a new request's
-    prior comes down. The fixed prior says a match of 4-7 tokens is right 4 times in 5; on free text at 4
-    clients such drafts kept 14-20 % of their tokens (BENCHMARKS.md, "Never a loss at 4 and 8
-    clients"), and each request, 128 tokens long, drafted once or twice, too few to learn it alone.
-    Shared by the drafters of one model's slots."""
+    prior comes down. The fixed prior says a match of 4-7 tokens is right 4 times in 5; on free
+    text at 4 clients such drafts kept 10-20 % of their tokens (BENCHMARKS.md, "Never a loss at 4
+    and 8 clients"), and each request, 128 tokens long, drafted once or twice, too few to learn it
+    alone. Shared by the drafters of one model's slots."""
 
     def __init__(self):
         self.clear()
@@ -110,7 +111,8 @@ class PastOutcomes:
         prior's where the past says more: a request's first drafts meet its own edits, which the
         earlier requests' kept drafts do not foresee (measured, 16 code edits at 4 clients, Qwen
         0.5B Q8_0: a prior raised by the past drafted 2310 tokens a run and kept 72 %, the fixed
-        one 1757 and 91 %, and the run took 5 % longer to decode)."""
+        one 1757 and 91 %, and the run took 5 % longer to decode; both on a curve later found
+        too cheap, BENCHMARKS.md)."""
         leaned = PRIOR_WEIGHT * (fixed + self.hits[source]) / (PRIOR_WEIGHT + self.trials[source])
         return np.minimum(fixed, leaned)
 
@@ -130,7 +132,8 @@ class DraftPolicy:
     def start_request(self) -> None:
         """Go back to the prior: each request calibrates on its own outcomes (a code edit and a
         free-form answer that follows it on the same model accept drafts at very different rates),
-        from a prior that leans on the earlier requests' (:class:`PastOutcomes`)."""
+        from a prior that comes down where the earlier requests' drafts went astray
+        (:class:`PastOutcomes`)."""
         self._hits = np.zeros(N_BUCKETS)  # accepted draft tokens per bucket, this request
         self._trials = np.zeros(N_BUCKETS)  # judged draft tokens per bucket, this request
         self._corpus_hits = np.zeros(N_BUCKETS)  # the same for drafts from the corpus

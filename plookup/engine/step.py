@@ -159,8 +159,12 @@ class Step:
         stepped sequences, and the curve may make a longer run cheaper than a shorter one: an idle
         slot where a row makes the step's passes cheaper (between two runs, or beside one:
         :func:`plookup.draft.sizing.fillers_worth_adding`) gets a throwaway row behind its cells,
-        dropped after the decode. A slot whose context is full takes none."""
+        dropped after the decode. A slot whose context is full takes none, and a lone generation
+        none (one row is the cheapest pass; a curve saying otherwise is noise, and a row beside it
+        would make its step a shared one unnoted: see :meth:`_note_shared`)."""
         busy = {gen.slot.seq for gen in stepping}
+        if len(busy) < 2:
+            return []
         idle = {slot.seq: slot for slot in self.slots if slot.seq not in busy and self._room(slot) >= 0}
         fillers = []
         for seq in fillers_worth_adding(sorted(busy), sorted(idle), self.llm.drafter.policy.cost):

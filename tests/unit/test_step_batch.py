@@ -118,6 +118,10 @@ def test_idle_slots_get_a_filler_behind_their_cells():
     assert all(logits == [False] for *_, logits in fillers)  # nothing read from them
     assert Step._fillers(engine, stepped(1, 2, 3)) == []  # consecutive, on a rising curve: nothing
     assert Step._fillers(engine, stepped(4)) == []
+    noisy = fake_engine([3, 4, 0, 2])
+    noisy.llm.drafter.policy.cost = np.array([1.0, 0.9, 1.2, 1.3])  # 2 rows "cheaper" than 1: noise
+    assert Step._fillers(noisy, stepped(0)) == []  # a lone generation steps alone
+    assert [slot.seq for slot, *_ in Step._fillers(noisy, stepped(0, 2))] == [1]
     # a slot whose context is full takes no row (one behind it would not fit)
     full = fake_engine([3, 9, 2])
     assert Step._fillers(full, stepped(0, 2)) == []
