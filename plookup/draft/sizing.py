@@ -82,7 +82,7 @@ def fillers_worth_adding(stepped: list[int], idle: list[int], cost: np.ndarray) 
     each length of the run still open the cheapest choice so far."""
     stepped_set = set(stepped)
     free = set(idle) - stepped_set
-    if not stepped_set:
+    if not stepped_set or not free:
         return []
 
     def closed(run: int) -> float:
