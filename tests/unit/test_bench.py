@@ -549,3 +549,24 @@ def test_an_odd_count_of_repeats_is_named_unbalanced():
     assert order_unbalanced(3, 2) and order_unbalanced(5, 5)
     assert not order_unbalanced(2, 2) and not order_unbalanced(4, 5)
     assert not order_unbalanced(1, 2) and not order_unbalanced(3, 1)
+
+
+def test_runs_priced_at_pooled_step_costs_drop_the_machines_drift():
+    """Two systems' runs with the same steps, the second on a machine 10 % slower, price alike
+    (their decode times differ by the drift); a run with one 8-row step more prices that step's
+    pooled median more; steps with a prompt in them are left out."""
+    from plookup.app.bench.concurrency import priced_at_pooled_costs
+
+    def step(rows, decode, prefilled=0):
+        return dict(rows=rows, decode=decode, prefilled=prefilled)
+
+    plain = [step(64, 0.25, prefilled=64)] + [step(8, 0.060)] * 10 + [step(2, 0.040)] * 3
+    slower = [step(64, 0.30, prefilled=64)] + [step(8, 0.066)] * 10 + [step(2, 0.044)] * 3
+    longer = plain + [step(8, 0.060)]
+    priced = priced_at_pooled_costs({"plain batched": [plain, longer], "plookup": [slower]})
+    eight = float(np.median([0.060] * 21 + [0.066] * 10))
+    two = float(np.median([0.040] * 6 + [0.044] * 3))
+    assert priced["plookup"] == [pytest.approx(10 * eight + 3 * two)]
+    assert priced["plain batched"] == [pytest.approx(10 * eight + 3 * two), pytest.approx(11 * eight + 3 * two)]
+    # control: their decode times differ by the drift, prefill aside
+    assert sum(s["decode"] for s in slower[1:]) == pytest.approx(1.1 * sum(s["decode"] for s in plain[1:]))

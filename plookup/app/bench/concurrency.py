@@ -278,6 +278,16 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
                 cell["steps"] = [dataclasses.asdict(step) for step in llm._engine.trace]
                 llm._engine.trace = None
                 note("  " + trace_summary(cell["steps"], clients))
+    if args.trace:
+        traced = {s: [c["steps"] for c in cells[s]] for s in local}
+        for system, priced in priced_at_pooled_costs(traced).items():
+            for cell, seconds in zip(cells[system], priced):
+                cell["priced_decode_seconds"] = seconds
+        for system in list(local)[1:]:
+            ratios = [p["priced_decode_seconds"] / c["priced_decode_seconds"]
+                      for c, p in zip(cells[system], cells["plain batched"])]
+            note(f"c={clients} {kind} {system}: decoding steps at the runs' pooled step costs "
+                 f"{np.mean(ratios):.3f} ± {np.std(ratios, ddof=1) if len(ratios) > 1 else 0:.3f} x plain batched's")
     return cells
 
 
@@ -294,6 +304,27 @@ def trace_summary(steps: list[dict], clients: int) -> str:
             f"host {sum(s['host_before'] + s['host_after'] for s in steps):.2f} s; {len(drafting)} steps drafted "
             f"{sum(sum(s['drafted']) for s in drafting)} tokens, {sum(sum(s['accepted']) for s in drafting)} accepted; "
             f"tail {sum(seconds[last_full + 1 :]):.1f} s ({len(steps) - last_full - 1} steps with fewer than {clients} slots)")
+
+
+def priced_at_pooled_costs(runs: dict[str, list[list[dict]]]) -> dict[str, list[float]]:
+    """system -> each of its runs' decoding steps (a prompt in none of them) priced at the median
+    ``llama_decode`` time of every decoding step with as many rows, pooled over every system's
+    runs given (`runs`: system -> its runs' steps, :class:`plookup.engine.step.StepRecord` as
+    dicts): the seconds its steps' count and sizes take at one state of the machine. The machine's
+    speed drifts from run to run by more than the few per cent two systems' walls differ by (the
+    same 8-row step took a median 57.5-65.0 ms in four runs of one bench, BENCHMARKS.md); priced
+    alike, the runs differ by what the systems did. Prefills are left out: both systems prefill
+    the same prompts. Rows alone set the price: a step of 8 rows on one slot and one of a row on
+    each of 8 slots price alike (the second is the common one), and a size only one system
+    stepped is priced by its own runs."""
+    pooled: dict[int, list[float]] = {}
+    for steps in itertools.chain(*runs.values()):
+        for step in steps:
+            if not step["prefilled"]:
+                pooled.setdefault(step["rows"], []).append(step["decode"])
+    price = {rows: float(np.median(times)) for rows, times in pooled.items()}
+    return {system: [sum(price[s["rows"]] for s in steps if not s["prefilled"]) for steps in system_runs]
+            for system, system_runs in runs.items()}
 
 
 def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, cells: dict) -> None:
