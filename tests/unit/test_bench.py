@@ -555,7 +555,7 @@ def test_runs_priced_at_pooled_step_costs_drop_the_machines_drift():
     """Two systems' runs with the same steps, the second on a machine 10 % slower, price alike
     (their decode times differ by the drift); a run with one 8-row step more prices that step's
     pooled median more; steps with a prompt in them are left out."""
-    from plookup.app.bench.concurrency import priced_at_pooled_costs
+    from plookup.app.bench.concurrency import priced_at_pooled_costs, priced_ratios
 
     def step(rows, decode, prefilled=0):
         return dict(rows=rows, decode=decode, prefilled=prefilled)
@@ -568,5 +568,9 @@ def test_runs_priced_at_pooled_step_costs_drop_the_machines_drift():
     two = float(np.median([0.040] * 6 + [0.044] * 3))
     assert priced["plookup"] == [pytest.approx(10 * eight + 3 * two)]
     assert priced["plain batched"] == [pytest.approx(10 * eight + 3 * two), pytest.approx(11 * eight + 3 * two)]
+    runs = [dict(priced_decode_seconds=s) for s in priced["plookup"]]
+    first = [dict(priced_decode_seconds=s) for s in priced["plain batched"][:1]]
+    assert priced_ratios(runs, first) == [pytest.approx(1.0)]
+    assert priced_ratios([dict(tokens=3)], first) is None  # a run not traced (llama-server's)
     # control: their decode times differ by the drift, prefill aside
     assert sum(s["decode"] for s in slower[1:]) == pytest.approx(1.1 * sum(s["decode"] for s in plain[1:]))

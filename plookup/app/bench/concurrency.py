@@ -284,8 +284,7 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
             for cell, seconds in zip(cells[system], priced):
                 cell["priced_decode_seconds"] = seconds
         for system in list(local)[1:]:
-            ratios = [p["priced_decode_seconds"] / c["priced_decode_seconds"]
-                      for c, p in zip(cells[system], cells["plain batched"])]
+            ratios = priced_ratios(cells[system], cells["plain batched"])
             note(f"c={clients} {kind} {system}: decoding steps at the runs' pooled step costs "
                  f"{np.mean(ratios):.3f} ± {np.std(ratios, ddof=1) if len(ratios) > 1 else 0:.3f} x plain batched's")
     return cells
@@ -327,6 +326,15 @@ def priced_at_pooled_costs(runs: dict[str, list[list[dict]]]) -> dict[str, list[
             for system, system_runs in runs.items()}
 
 
+def priced_ratios(runs: list[dict], plain: list[dict]) -> Optional[list[float]]:
+    """Plain batching's priced decoding steps over a system's, repeat by repeat (the runs' traces
+    priced by :func:`priced_at_pooled_costs`); None where a run was not priced (no --trace, or
+    llama-server's)."""
+    if not runs or not all("priced_decode_seconds" in r for r in [*runs, *plain]):
+        return None
+    return [p["priced_decode_seconds"] / r["priced_decode_seconds"] for r, p in zip(runs, plain)]
+
+
 def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, cells: dict) -> None:
     """The table's rows and the record's cells of one level and workload: each system's best run,
     and its wall throughput over plain batched's run by run (the mean and spread of the repeats'
@@ -344,13 +352,15 @@ def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, ce
                      f"{1e3 * cell['itl_p50']:.0f}/{1e3 * cell['itl_p95']:.0f}",
                      "-" if cell["passes_per_token"] is None else f"{cell['passes_per_token']:.2f}"])
         record["cells"].append(dict(concurrency=clients, workload=kind, system=system, bound=bound,
-                                    runs=cells[system], best=cell, wall_x_plain=paired))
+                                    runs=cells[system], best=cell, wall_x_plain=paired,
+                                    priced_x_plain=priced_ratios(cells[system], cells["plain batched"])))
 
 
 def plot(path: str, record: dict) -> None:
     """Per workload, against concurrency, a line per system: aggregate tokens/s of its best run
     (top), and its wall throughput over plain batched's, the mean and spread of the repeats'
-    ratios, beside plookup's always-right bound (bottom)."""
+    ratios, and where the runs were traced their decoding steps priced alike
+    (:func:`priced_at_pooled_costs`), beside plookup's always-right bound (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -371,6 +381,12 @@ def plot(path: str, record: dict) -> None:
             ratios.errorbar(levels, [np.mean(c["wall_x_plain"]) for c in cells], marker="o", capsize=3,
                             yerr=[np.std(c["wall_x_plain"], ddof=1) if len(c["wall_x_plain"]) > 1 else 0 for c in cells],
                             color=line.get_color(), label=system)
+            priced = [c for c in cells if c.get("priced_x_plain") and c["system"] != "plain batched"]
+            if priced:
+                ratios.errorbar([c["concurrency"] for c in priced], [np.mean(c["priced_x_plain"]) for c in priced],
+                                yerr=[np.std(c["priced_x_plain"], ddof=1) if len(c["priced_x_plain"]) > 1 else 0
+                                      for c in priced], marker="s", linestyle=":", capsize=3, color=line.get_color(),
+                                label=f"{system}, decoding steps priced alike")
             if system == "plookup":
                 ratios.plot(levels, [c["bound"] for c in cells], linestyle="--", color=line.get_color(),
                             label="always-right bound (decoding alone)")
@@ -378,7 +394,7 @@ def plot(path: str, record: dict) -> None:
         rates.set_ylabel("aggregate tokens/s (best run)")
         rates.set_ylim(bottom=0)
         rates.legend(fontsize=7)
-        ratios.set_ylabel("wall x plain batched (mean ± sd of repeats)")
+        ratios.set_ylabel("x plain batched: wall, steps priced alike (mean ± sd)")
         ratios.axhline(1.0, color="grey", linewidth=0.8)
         ratios.legend(fontsize=7)
         for ax in (rates, ratios):
