@@ -15,7 +15,9 @@ included); aggregate decode tokens per second, c x the mean over requests of (to
 token's time - first token's time), the rate c requests at a time decode at, prefills of others
 included where they share steps; per request the time to first token and the inter-token latency
 (p50, p95); and beside them the always-right bound of the batch's cost curve (what a drafter that
-is never wrong could add to c slots decoding plainly).
+is never wrong could add to c slots decoding plainly). With ``--trace``, each of the engine's runs
+also has its decoding steps priced at the cell's pooled step costs (:func:`priced_at_pooled_costs`),
+which resolves what the machine's drift from run to run hides in the walls.
 """
 
 from __future__ import annotations
