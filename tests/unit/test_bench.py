@@ -574,3 +574,20 @@ def test_runs_priced_at_pooled_step_costs_drop_the_machines_drift():
     assert priced_ratios([dict(tokens=3)], first) is None  # a run not traced (llama-server's)
     # control: their decode times differ by the drift, prefill aside
     assert sum(s["decode"] for s in slower[1:]) == pytest.approx(1.1 * sum(s["decode"] for s in plain[1:]))
+
+
+def test_random_prompts_are_one_per_request():
+    """A run's random prompts are distinct, as many as its requests where --per-kind is fewer (a
+    repeated prompt prefills in one token where its slot last held it), the first ones the same
+    whatever the count (one seed)."""
+    from plookup.app.bench.concurrency import request_sets
+
+    class Vocab:
+        def n_vocab(self):
+            return 1000
+
+    few = request_sets(Vocab(), 7, 4, ["random T=1"])["random T=1"].prompts
+    many = request_sets(Vocab(), 7, 4, ["random T=1"], requests=24)["random T=1"].prompts
+    assert len(few) == 4 and len(many) == 24
+    assert len({tuple(p) for p in many}) == 24 and many[:4] == few
+    assert len(request_sets(Vocab(), 7, 30, ["random T=1"], requests=24)["random T=1"].prompts) == 30

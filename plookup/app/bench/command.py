@@ -117,7 +117,8 @@ def add_concurrency_options(bench) -> None:
                        help="e.g. 1,4,8: instead of the single-stream comparison, that many clients at once on "
                             "a model with as many slots, plain batched vs plookup (see plookup.app.bench.concurrency)")
     bench.add_argument("--per-kind", type=int, default=4, metavar="N",
-                       help="with --concurrency: distinct prompts per workload kind (default 4)")
+                       help="with --concurrency: distinct prompts per workload kind (default 4; random prompts: "
+                            "at least one per request)")
     bench.add_argument("--rounds", type=int, default=1, metavar="N",
                        help="with --concurrency: requests each client sends, one after another (default 1); "
                             "more keep every slot busy, so that a level's throughput is not one batch's tail")

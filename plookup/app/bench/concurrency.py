@@ -62,10 +62,14 @@ def always_right_bound(cost: np.ndarray, slots: int, max_draft: int) -> float:
     return max(r / cost[r - 1] for r in rows) / base
 
 
-def request_sets(llm, seed: int, per_kind: int, kinds=KINDS) -> dict[str, RequestSet]:
-    """kind -> its requests, for each of `kinds`. Random prompts decode past their
+def request_sets(llm, seed: int, per_kind: int, kinds=KINDS, requests: int = 0) -> dict[str, RequestSet]:
+    """kind -> its requests, for each of `kinds`: `per_kind` prompts of each, random prompts as
+    many as the run's `requests` where that is more. Random prompts decode past their
     end-of-generation tokens (llama-server's ignore_eos): sampled at temperature 1 they meet one
-    within a few tokens, and their rates would divide by almost nothing."""
+    within a few tokens, and their rates would divide by almost nothing. They cost nothing to
+    make, so no request repeats one: a repeated prompt is prefilled in one token where its slot
+    last held it, which slot that is follows when the requests before ended, and at 8 clients
+    that moved a run's prefill by up to 315 tokens either way (BENCHMARKS.md, "Resolving 2 %")."""
     from .plain import chat_prompt_tokens
     from .releases import apply_workloads
     from .workloads import standard_workloads
@@ -75,7 +79,7 @@ def request_sets(llm, seed: int, per_kind: int, kinds=KINDS) -> dict[str, Reques
 
     def random_prompts() -> list:
         rng = np.random.default_rng(seed)
-        return [rng.integers(100, llm.n_vocab(), 64).tolist() for _ in range(per_kind)]
+        return [rng.integers(100, llm.n_vocab(), 64).tolist() for _ in range(max(per_kind, requests))]
 
     workloads = standard_workloads(seed=seed)
     made = {
@@ -190,7 +194,7 @@ def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, server: 
                         **kwargs)
     own = min(own, llm.drafter.max_draft)  # where the exactness probe capped the drafter
     bound = always_right_bound(llm.drafter.policy.cost, clients, own)
-    sets = request_sets(llm, args.seed, args.per_kind, kinds)
+    sets = request_sets(llm, args.seed, args.per_kind, kinds, requests=clients * args.rounds)
     servers = start_level_servers(args, kwargs, llm, clients, note, server)
     # The engine's systems by their max_draft (plain batched: 0), then llama-server's.
     local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
