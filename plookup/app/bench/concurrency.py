@@ -292,7 +292,7 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
         for system in list(local)[1:]:
             ratios = priced_ratios(cells[system], cells["plain batched"])
             note(f"c={clients} {kind} {system}: decoding steps at the runs' pooled step costs "
-                 f"{np.mean(ratios):.3f} ± {np.std(ratios, ddof=1) if len(ratios) > 1 else 0:.3f} x plain batched's")
+                 f"{mean_sd(ratios)} x plain batched's")
     return cells
 
 
@@ -341,6 +341,16 @@ def priced_ratios(runs: list[dict], plain: list[dict]) -> Optional[list[float]]:
     return [p["priced_decode_seconds"] / r["priced_decode_seconds"] for r, p in zip(runs, plain)]
 
 
+def repeats_sd(values: list[float]) -> float:
+    """The repeats' sample standard deviation; 0 for a single repeat (no spread to show)."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def mean_sd(values: list[float]) -> str:
+    """The repeats' mean ± sample standard deviation, as the bench prints ratios."""
+    return f"{np.mean(values):.3f} ± {repeats_sd(values):.3f}"
+
+
 def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, cells: dict) -> None:
     """The table's rows and the record's cells of one level and workload: each system's best run,
     and its wall throughput over plain batched's run by run (the mean and spread of the repeats'
@@ -352,7 +362,7 @@ def add_rows(rows: list, record: dict, clients: int, kind: str, bound: float, ce
         paired = [c["tokens_per_second"] / p["tokens_per_second"] for c, p in zip(cells[system], cells["plain batched"])]
         rows.append([str(clients), kind, system, f"{cell['tokens_per_second']:.1f}",
                      f"{cell['decode_tokens_per_second']:.1f}", f"{ratio:.2f}",
-                     f"{np.mean(paired):.3f} ± {np.std(paired, ddof=1) if len(paired) > 1 else 0:.3f}",
+                     mean_sd(paired),
                      f"{bound:.2f}" if system == "plookup" else "",
                      f"{cell['ttft_p50']:.2f}/{cell['ttft_p95']:.2f}",
                      f"{1e3 * cell['itl_p50']:.0f}/{1e3 * cell['itl_p95']:.0f}",
@@ -384,15 +394,14 @@ def plot(path: str, record: dict) -> None:
                               label=f"{system}, decoding")[0]
             rates.plot(levels, [c["best"]["tokens_per_second"] for c in cells], marker="x", linestyle=":",
                        color=line.get_color(), label=f"{system}, wall (prefills in)")
-            ratios.errorbar(levels, [np.mean(c["wall_x_plain"]) for c in cells], marker="o", capsize=3,
-                            yerr=[np.std(c["wall_x_plain"], ddof=1) if len(c["wall_x_plain"]) > 1 else 0 for c in cells],
-                            color=line.get_color(), label=system)
+            def spread(chosen: list, key: str, **style) -> None:
+                ratios.errorbar([c["concurrency"] for c in chosen], [np.mean(c[key]) for c in chosen],
+                                yerr=[repeats_sd(c[key]) for c in chosen], capsize=3, color=line.get_color(), **style)
+
+            spread(cells, "wall_x_plain", marker="o", label=system)
             priced = [c for c in cells if c.get("priced_x_plain") and c["system"] != "plain batched"]
             if priced:
-                ratios.errorbar([c["concurrency"] for c in priced], [np.mean(c["priced_x_plain"]) for c in priced],
-                                yerr=[np.std(c["priced_x_plain"], ddof=1) if len(c["priced_x_plain"]) > 1 else 0
-                                      for c in priced], marker="s", linestyle=":", capsize=3, color=line.get_color(),
-                                label=f"{system}, decoding steps priced alike")
+                spread(priced, "priced_x_plain", marker="s", linestyle=":", label=f"{system}, decoding steps priced alike")
             if system == "plookup":
                 ratios.plot(levels, [c["bound"] for c in cells], linestyle="--", color=line.get_color(),
                             label="always-right bound (decoding alone)")
