@@ -50,6 +50,10 @@ class Call:
     on_token: Optional[Callable[[int], None]] = None
     # Its control of the drafts (llama-server's `speculative` field): bounds on this request only.
     speculative: Speculative = Speculative()
+    # Decode the prompt's last token in a pass of its own, as a repeated request whose prompt is
+    # cached does: the first token's row is then the same fresh or cached (plookup.api.sampling,
+    # a seeded request where verify batches are not exact).
+    last_token_alone: bool = False
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()

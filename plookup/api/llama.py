@@ -18,6 +18,7 @@ and what llama_cpp's own code reads while a call runs :mod:`.views`'.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 from typing import Callable, Generator, Iterator, Optional, Sequence
 
@@ -43,10 +44,10 @@ from .call import (
 )
 from .context import start_engine
 from .load import check_arguments, doctor_settings, load_model, set_up_drafter
-from .logprobs import check_logprobs, with_logprobs
+from .logprobs import check_logprobs, with_chat_bytes, with_logprobs
 from .measured import calibrate
 from .prediction import prediction_usage
-from .sampling import engine_sampler, plain_tokens
+from .sampling import engine_sampler, plain_tokens, seeded_where_drafts_show
 from .stats import SpecStats
 from .views import Views
 
@@ -135,6 +136,16 @@ class Llama(Views):
     def max_draft(self) -> int:
         return self.drafter.max_draft
 
+    def model_meta(self) -> dict:
+        """What llama-server's /v1/models says of the model (its ``meta``): vocabulary, context
+        trained on and per slot, embedding width, parameters and size in bytes."""
+        model = self._model
+        return {
+            "vocab_type": int(llama_cpp.llama_vocab_type(model.vocab)), "n_vocab": self.n_vocab(),
+            "n_ctx": self.n_ctx(), "n_ctx_train": model.n_ctx_train(), "n_embd": self.n_embd(),
+            "n_params": model.n_params(), "size": model.size(),
+        }
+
     @property
     def kv_layout(self) -> str:
         """"unified" (one cache the slots share, a second branch sequence per slot) or "streams"
@@ -151,6 +162,10 @@ class Llama(Views):
         # max_tokens <= 0 or None is "up to the context", which the room left bounds anyway.
         max_tokens = request.get("max_tokens", COMPLETION.parameters["max_tokens"].default)
         call.max_tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
+        temperature = request.get("temperature", COMPLETION.parameters["temperature"].default)
+        if seeded_where_drafts_show(request.get("seed"), temperature, self.exact):
+            call.speculative = dataclasses.replace(call.speculative, n_max=0)
+            call.last_token_alone = True
         # llama_cpp reads logprobs from logits_all rows, which plookup does not keep: its completion
         # runs without them, and the generation reads them from the rows that chose its tokens.
         top = request.pop("logprobs", None)
@@ -164,7 +179,8 @@ class Llama(Views):
     def create_chat_completion(self, *args, prediction=None, speculative=None, **kwargs):
         # The chat handler generates through self.create_completion, which joins this call.
         call, owner = joined_or_new(self, prediction, speculative)
-        return deliver(self, call, owner, within(call, super().create_chat_completion, *args, **kwargs))
+        result = within(call, super().create_chat_completion, *args, **kwargs)
+        return deliver(self, call, owner, with_chat_bytes(result) if kwargs.get("logprobs") else result)
 
     @contextlib.contextmanager
     def request(self, prediction=None, cancelled: Optional[Callable[[], bool]] = None,

@@ -16,6 +16,32 @@ from . import rpc
 
 GGUF_MAGIC = b"GGUF"
 
+# llama-server's default for -ngl: every layer on the GPU where the build has a GPU backend
+# (CUDA, Metal, Vulkan, ...), none on a CPU-only build, where -1 would mean the same anyway.
+AUTO_GPU_LAYERS = "auto"
+# enum ggml_backend_dev_type (ggml-backend.h): CPU, GPU, IGPU, ACCEL
+GPU_DEVICE, IGPU_DEVICE = 1, 2
+
+
+def gpu_layers(value, rpc: bool = False) -> int:
+    """llama_model_params.n_gpu_layers for `value`, as llama-server reads ``-ngl``: a count of
+    layers (>= 0), ``"all"`` or -1 for every layer, ``"auto"`` for every layer where the build
+    can offload (a GPU device in the build), else none; over RPC (`rpc`) every layer, onto the
+    servers. A bad value is a ValueError naming it."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word == AUTO_GPU_LAYERS:
+            return -1 if rpc or has_gpu_device() else 0
+        if word == "all":
+            return -1
+        try:
+            value = int(word)
+        except ValueError:
+            raise ValueError(f"n_gpu_layers must be a number of layers, 'auto' or 'all', got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(f"n_gpu_layers must be a number of layers >= 0, -1 (all), 'auto' or 'all', got {value!r}")
+    return value
+
 
 def check_gguf(model_path: str) -> None:
     """Fail early, naming the file, when it is missing or not a GGUF file at all."""
@@ -30,9 +56,17 @@ def check_gguf(model_path: str) -> None:
         raise ValueError(f"not a GGUF file (bad magic {magic!r}): {model_path}")
 
 
+def has_gpu_device() -> bool:
+    """Whether llama.cpp's build has a GPU (or integrated GPU) device to put layers on.
+    ``llama_supports_gpu_offload`` is not it: it also says yes for a build with the RPC backend."""
+    llama_cpp.llama_backend_init()  # loads the backends, whose devices ggml then lists
+    return any(rpc.ggml().ggml_backend_dev_by_type(kind) for kind in (GPU_DEVICE, IGPU_DEVICE))
+
+
 def check_arguments(model_path: str, max_draft: Optional[int], parallel, exactness, kwargs: dict) -> None:
     """plookup's own arguments, and llama_cpp's that it cannot take as given (`kwargs`, which a
-    trimmed sliding-window cache leaves with ``swa_full=True``); then the file."""
+    trimmed sliding-window cache leaves with ``swa_full=True`` and ``n_gpu_layers`` a count:
+    "auto" by default, as llama-server's ``-ngl``); then the file."""
     if max_draft is not None:
         check_max_draft(max_draft)
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
@@ -48,6 +82,7 @@ def check_arguments(model_path: str, max_draft: Optional[int], parallel, exactne
         # A trimmed sliding-window cache cannot roll back rejected draft tokens.
         warnings.warn("plookup.Llama needs swa_full=True to roll back drafts; using it")
         kwargs["swa_full"] = True
+    kwargs["n_gpu_layers"] = gpu_layers(kwargs.get("n_gpu_layers", AUTO_GPU_LAYERS), bool(kwargs.get("rpc_servers")))
     check_gguf(model_path)
 
 

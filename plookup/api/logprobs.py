@@ -11,6 +11,8 @@ the top tokens' strings to their values and then the token's own. Chat completio
 
 Differences from llama_cpp, where it has none to give or gives it wrong:
 - the prompt's tokens (``echo=True``) are refused: plookup computes no row for them;
+- a chat entry's ``bytes`` (and its alternatives') are the token's UTF-8 bytes, a list of ints as
+  OpenAI and llama-server give them, where llama_cpp's handlers leave None;
 - a streamed chunk carries the tokens that begin in its text (one a chunk on most text, as
   llama_cpp streams them), so a character split over several tokens comes whole with all of them,
   where llama_cpp's chunks lose its bytes; the closing chunk carries none, as llama_cpp's.
@@ -100,3 +102,29 @@ def _streamed(listing: Listing, chunks: Iterator[dict]) -> Iterator[dict]:
             yield chunk
     finally:
         chunks.close()  # now, not when collected: closing the generation frees its slot
+
+
+def with_chat_bytes(result):
+    """A chat completion `result` (a dict, or a stream of chunks) whose logprobs entries carry
+    ``bytes``: the token's text as UTF-8 bytes, a list of ints."""
+    if isinstance(result, dict):
+        _fill_bytes(result)
+        return result
+    return _chunks_with_bytes(result)
+
+
+def _chunks_with_bytes(chunks: Iterator[dict]) -> Iterator[dict]:
+    try:
+        for chunk in chunks:
+            _fill_bytes(chunk)
+            yield chunk
+    finally:
+        chunks.close()
+
+
+def _fill_bytes(answer: dict) -> None:
+    for choice in answer.get("choices", ()):
+        for entry in (choice.get("logprobs") or {}).get("content") or ():
+            for one in (entry, *entry.get("top_logprobs", ())):
+                if one.get("bytes") is None:
+                    one["bytes"] = list(one["token"].encode("utf-8"))

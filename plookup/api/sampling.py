@@ -1,11 +1,30 @@
 """How a call's tokens are chosen: on the engine, each verified row read as an argmax in place
 (:mod:`plookup.verify.greedy`), on llama.cpp's graph (:mod:`plookup.verify.backend`) or by
 llama.cpp's sampler chain; or, where drafting cannot be, by llama_cpp's own plain loop.
+
+**A seed gives the same text whatever was drafted.** A call samples with its own chain, built for
+the generation from the call's seed (:class:`plookup.api.views.Views` keeps the seed per call, so
+calls on other slots never reseed it), and the acceptance rule (:func:`plookup.verify.accept.accept`)
+samples each emitted token's row exactly once, in order, and no other row: the k-th token is drawn
+with the chain's k-th random number, as in plain decoding, however many draft tokens were
+verified, accepted or thrown away, and whatever the memory drafted. So the text depends on the
+seed and the rows' logits only. Where verify batches are bitwise equal to plain decoding
+(``Llama.exact``, ``plookup doctor``), the rows are the same whatever the batch: the text is
+llama_cpp.Llama's for that seed, on every repeat. Where they are not (the default build), a row's
+logits move with the batch it was verified in, and a different draft could tip a draw over to
+another token: there a request that names a seed and samples at random is decoded without drafts
+(:func:`seeded_where_drafts_show`), its prompt's last token in a pass of its own (as a repeat that
+finds the rest of its prompt cached decodes it), so that its repeats give one text as
+llama-server's do. A request without a seed, or greedy, drafts as ever. What no build makes equal
+there: rows decoded beside other slots' rows (``parallel`` > 1, as on llama-server), and a prompt
+whose cached prefix was computed in other batches (another request's).
 """
 
 from __future__ import annotations
 
 import warnings
+
+import llama_cpp
 
 from ..verify.backend import BackendGreedy
 from ..verify.greedy import greedy_rows
@@ -48,3 +67,11 @@ def plain_tokens(llm, call, generate, tokens, logits_processor, stopping_criteri
             if call.on_token is not None:
                 call.on_token(token)
             yield token
+
+
+def seeded_where_drafts_show(seed, temperature: float, exact) -> bool:
+    """Whether a completion that names `seed` and samples at `temperature` runs where verify
+    batches are not known to be exact: then its drafts could change its text (the module's
+    docstring), and it decodes without them. llama_cpp's LLAMA_DEFAULT_SEED is "random"."""
+    seeded = seed is not None and seed != llama_cpp.LLAMA_DEFAULT_SEED
+    return seeded and temperature != 0 and exact is not True

@@ -143,13 +143,17 @@ class Step:
 
     def _chunk_rows(self, prefilling: list[Generation], budget: int) -> list[Piece]:
         """Prompt chunks in the `budget` rows the batch has left, first come first, with logits
-        at each chunk's last row."""
+        at each chunk's last row (a call's ``last_token_alone``: the last prompt token's chunk is
+        that token alone)."""
         chunks = []
         for gen in prefilling:
             if budget <= 0:
                 break
             slot = gen.slot
-            chunk = gen.prompt[slot.n : slot.n + budget]
+            end = len(gen.prompt)
+            if gen.call.last_token_alone and slot.n < end - 1:
+                end -= 1  # the last token in a pass of its own, as a repeat that found the rest cached
+            chunk = gen.prompt[slot.n : min(slot.n + budget, end)]
             chunks.append(Piece(gen, chunk, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
             budget -= len(chunk)
         return chunks

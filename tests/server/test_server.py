@@ -137,11 +137,15 @@ def test_a_grammar_that_does_not_parse_is_400_and_the_server_lives(base_url, cli
     assert count(client).choices[0].text == COUNT_TEXT
 
 
-def test_unknown_model_is_404(client):
-    with pytest.raises(openai.NotFoundError) as error:
-        client.completions.create(model="gpt-4o", prompt="hi", max_tokens=4)
-    assert error.value.code == "model_not_found"
-    assert count(client).choices[0].text == COUNT_TEXT
+@pytest.mark.parametrize("name", ["", "gpt-4o-mini", "qwen2.5-coder:1.5b"])
+def test_any_model_name_is_the_served_model(client, name):
+    """llama-server serves its one model whatever a body names (llama.vim always sends ""): the
+    same text, answered with the served id."""
+    result = client.completions.create(prompt=COUNT_PROMPT, max_tokens=20, model=name, temperature=0.0)
+    assert result.choices[0].text == COUNT_TEXT
+    assert result.model == MODEL
+    chat = client.chat.completions.create(messages=FOX, max_tokens=40, model=name, temperature=0.0)
+    assert chat.choices[0].message.content == FOX_TEXT and chat.model == MODEL
 
 
 def test_prompt_too_long_is_400(client):

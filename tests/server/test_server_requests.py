@@ -257,10 +257,27 @@ def test_a_repeated_request_drafts_from_the_earlier_answer_by_default(without_me
     assert passes[0] * 3 < passes[1]
 
 
-def test_without_cors_origins_a_preflight_is_not_answered(smol):
-    """Same-origin only by default, as a local server should: no CORS header on any answer."""
+def test_a_preflight_is_answered_as_llama_server_answers_it_by_default(smol):
+    """llama-server's default (--cors-origins "*", credentials on): a page from any origin gets its
+    preflight answered before the key is asked for, its origin echoed (llama.cpp's
+    tools/server/tests/unit/test_security.py); `cors_origins=()` keeps it same-origin only."""
+    preflight = {"Origin": "web.mydomain.fr", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "Authorization"}
     with TestClient(create_app(smol, MODEL, api_key=KEY)) as client:
-        preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
+        response = client.options("/completions", headers=preflight)
+        assert response.status_code == 200
+        assert response.headers["access-control-allow-origin"] == "web.mydomain.fr"
+        assert response.headers["access-control-allow-credentials"] == "true"
+        assert "POST" in response.headers["access-control-allow-methods"]
+        assert "authorization" in response.headers["access-control-allow-headers"].lower()
+        answer = client.get("/v1/models", headers={"Origin": "web.mydomain.fr"})
+        assert answer.status_code == 401 and answer.headers["access-control-allow-origin"] == "web.mydomain.fr"
+    with TestClient(create_app(smol, MODEL, api_key=KEY, cors_origins=("localhost",))) as client:
+        local = client.options("/completions", headers=dict(preflight, Origin="http://127.0.0.1:3000"))
+        assert local.status_code == 200 and local.headers["access-control-allow-origin"] == "http://127.0.0.1:3000"
+        other = client.options("/completions", headers=dict(preflight, Origin="http://localhost.evil.com"))
+        assert "access-control-allow-origin" not in other.headers
+    with TestClient(create_app(smol, MODEL, api_key=KEY, cors_origins=())) as client:
         response = client.options("/v1/completions", headers=preflight)
         assert response.status_code == 401 and "access-control-allow-origin" not in response.headers
 

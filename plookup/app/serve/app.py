@@ -136,13 +136,14 @@ class Service:
 
     def arguments(self, body) -> tuple[dict, Optional[dict]]:
         """(create_* keyword arguments, prediction): refused with 404 or 400 before any work."""
-        if body.model not in (None, self.model_name):
-            raise APIError(404, f"The model `{body.model}` does not exist", param="model", code="model_not_found")
+        # One model is served, whatever name a body gives it (llama.vim sends "", other editors the
+        # name in their settings), as llama-server serves it: answers carry the served id.
         prediction = body.prediction.model_dump() if body.prediction is not None else None
         if prediction is not None:
             self.check_prediction_size(prediction_text(prediction))
         kwargs = body.model_dump(exclude=NOT_FORWARDED)
-        prepare_request_resources(body, lambda _model: self.llm, body.model, kwargs)
+        kwargs["model"] = self.model_name
+        prepare_request_resources(body, lambda _model: self.llm, self.model_name, kwargs)
         param = "grammar"
         if isinstance(body, ChatCompletionRequest):
             check_text_only(kwargs["messages"])
@@ -168,6 +169,7 @@ class Service:
         needs no model time, its prompt's length included (measured into `shape`)."""
         kwargs, prediction = self.arguments(body)
         shape.prepare(kwargs)
+        kwargs["max_tokens"] = self.limits.capped(kwargs.get("max_tokens"))
         try:
             shape.prompt = await run_in_threadpool(self.probe.prompt, create_name, kwargs)
         except ValueError as e:
@@ -302,10 +304,16 @@ class Service:
         return ClosingEventSource(events(), close, sep="\n")
 
 
+# llama-server's default --cors-origins: a page from any origin may call it, with credentials
+ANY_ORIGIN = ("*",)
+LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
+
+
 def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None,
-               cors_origins: Sequence[str] = ()) -> FastAPI:
-    """The app serving `llm` to requests whose ``model`` is `model_name` (or absent); a browser page
-    from one of `cors_origins` may call it too (none: same-origin only)."""
+               cors_origins: Sequence[str] = ANY_ORIGIN) -> FastAPI:
+    """The app serving `llm` as `model_name` to every request, whatever ``model`` it names; a browser page
+    from one of `cors_origins` may call it too: "*" any (llama-server's default), "localhost" this
+    machine's pages, () none (same-origin only)."""
     metrics = Metrics(ROUTES | LLAMA_ROUTES)
     metrics.watch_engine(llm._engine)
     service = Service(llm, model_name, limits, metrics)
@@ -317,7 +325,7 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
         app.add_middleware(RequireKey, key=api_key)  # ... so the key is checked before the body,
     app.add_middleware(CountRequests, count=metrics.count_request)  # ... and every answer is counted
     if cors_origins:  # ... with CORS headers on it, and a preflight answered before the key is asked for
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"])
+        allow_origins(app, cors_origins)
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest):
@@ -336,10 +344,11 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
             body.top_logprobs = 0  # OpenAI's logprobs without alternatives (llama_cpp's handler gives none)
         return await service.respond(request, body, "create_chat_completion")
 
+    listing = model_listing(llm, model_name, created)
+
     @app.get("/v1/models")
     async def models():
-        model = {"id": model_name, "object": "model", "created": created, "owned_by": "plookup"}
-        return {"object": "list", "data": [model]}
+        return listing
 
     @app.get("/metrics")
     async def metrics_text():
@@ -351,3 +360,24 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
 
     add_llama_routes(app, service)  # llama-server's own routes, and the /v1 ones without /v1
     return app
+
+
+def allow_origins(app: FastAPI, cors_origins: Sequence[str]) -> None:
+    """CORS as llama-server's: credentials allowed, the origin echoed back (starlette echoes it for
+    "*" with credentials), its methods and every header; "localhost" stands for this machine's pages."""
+    local = "localhost" in cors_origins
+    app.add_middleware(CORSMiddleware, allow_origins=[o for o in cors_origins if o != "localhost"],
+                       allow_origin_regex=LOCALHOST_ORIGINS if local else None, allow_credentials=True,
+                       allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"])
+
+
+def model_listing(llm: Llama, model_name: str, created: int) -> dict:
+    """llama-server's /v1/models: OpenAI's list (with llama.cpp's ``meta``), and Ollama's "models"
+    beside it."""
+    model = {"id": model_name, "aliases": [model_name], "tags": [], "object": "model", "created": created,
+             "owned_by": "llamacpp", "meta": llm.model_meta()}
+    details = {"parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "",
+               "quantization_level": ""}
+    ollama = {"name": model_name, "model": model_name, "modified_at": "", "size": "", "digest": "", "type": "model",
+              "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "", "details": details}
+    return {"models": [ollama], "object": "list", "data": [model]}

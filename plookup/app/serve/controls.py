@@ -234,8 +234,18 @@ class Shape:
         self.sent, self.shown = "", 0  # a stream's text so far, and what of it went out (its ends may cut it)
         self.cut_at: Optional[int] = None  # where n_indent cut the stream's text
         self.stream_tokens = 0  # the stream's tokens that went out in events
+        param = "n_cmpl"
+        n = getattr(options, "n", None) or 1  # OpenAI's n: that many choices, served as n_cmpl
+        if n != 1:
+            param = "n"
+            if not 1 <= n <= MAX_COMPLETIONS:
+                raise APIError(400, f"n: 1 to {MAX_COMPLETIONS} choices are served, not {n}", param="n")
+            if "n_cmpl" in options.model_fields_set and options.n_cmpl != n:
+                raise APIError(400, f"n ({n}) and n_cmpl ({options.n_cmpl}) ask for different numbers of choices",
+                               param="n")
+            options.n_cmpl = n
         if options is not None and options.n_cmpl != 1 and getattr(options, "stream", False):
-            raise APIError(400, "n_cmpl > 1 is served without stream", param="n_cmpl")
+            raise APIError(400, f"{param} > 1 is served without stream", param=param)
 
     # -- before the gate
 

@@ -357,19 +357,12 @@ def prompt_ids(llm, parts: list, field: str) -> list[int]:
     return tokens
 
 
-def check_model(name: Optional[str], model_name: str) -> None:
-    """A 404 when a body names a model other than the one served."""
-    if name not in (None, model_name):
-        raise APIError(404, f"The model `{name}` does not exist", param="model", code="model_not_found")
-
-
 def add_generation_routes(app: FastAPI, service) -> None:
     """``/completion`` (and ``/completions``) and ``/infill``: generations, through
     :meth:`Service.respond` as the /v1 routes go, shaped by :class:`LlamaShape`."""
     llm, model_name = service.llm, service.model_name
 
     async def complete(request: Request, body: LlamaCompletionBody, tokens: Optional[list[int]] = None):
-        check_model(body.model, model_name)
         shape = LlamaShape(body, llm, model_name, tokens)
         return await service.respond(request, shape.openai_request(CompletionRequest), "create_completion", shape)
 
@@ -400,7 +393,6 @@ def add_generation_routes(app: FastAPI, service) -> None:
 
     @app.post("/infill")
     async def infill(request: Request, body: InfillBody):
-        check_model(body.model, model_name)
         try:
             fim = check_fim(llm, model_name)
         except ValueError as e:
@@ -460,8 +452,10 @@ def add_state_routes(app: FastAPI, service) -> None:
             "default_generation_settings": slot(0, False), "total_slots": llm.parallel,
             "model_path": llm.model_path, "model_alias": model_name,
             "chat_template": llm.metadata.get("tokenizer.chat_template", ""), "chat_template_caps": {},
-            "modalities": {"vision": False, "audio": False}, "build_info": f"plookup {plookup_version()}",
-            "is_sleeping": False,
+            "modalities": {"vision": False, "video": False, "audio": False},
+            "bos_token": token_text(llm, llm.token_bos()), "eos_token": token_text(llm, llm.token_eos()),
+            "endpoint_slots": True, "endpoint_props": True, "endpoint_metrics": True,
+            "build_info": f"plookup {plookup_version()}", "is_sleeping": False,
         }
 
     @app.get("/slots")
@@ -470,6 +464,13 @@ def add_state_routes(app: FastAPI, service) -> None:
         if fail_on_no_slot and busy >= llm.parallel:
             raise APIError(503, "no slot available", type="unavailable_error", code="no_slot_available")
         return [slot(i, i < busy) for i in range(llm.parallel)]
+
+
+def token_text(llm, token: int) -> str:
+    """A special token's text, as llama-server's /props gives bos_token and eos_token ("" for none)."""
+    if token < 0:
+        return ""
+    return llm.detokenize([token], special=True).decode("utf-8", errors="replace")
 
 
 def add_unversioned_routes(app: FastAPI) -> None:
