@@ -54,6 +54,9 @@ class Call:
     # cached does: the first token's row is then the same fresh or cached (plookup.api.sampling,
     # a seeded request where verify batches are not exact).
     last_token_alone: bool = False
+    # The shortest cached chunk its prompt reuses by shifting its cells (llama-server's
+    # n_cache_reuse; plookup.engine.reuse); None: the model's default (Llama.cache_reuse).
+    cache_reuse: Optional[int] = None
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()

@@ -10,11 +10,12 @@ The layout follows llama-server's code (``format_prompt_infill``), so an editor 
 prompt it would get there: the other files' chunks first (after ``<REP>myproject``, each as
 ``<SEP>filename`` and its text, then ``<SEP>filename`` for the file being edited; without a file
 separator, each after a plain "--- snippet ---" line), then ``[BOS] <PRE> prefix prompt <SUF>
-suffix <MID>`` (``spm_infill``: the suffix part first). The prefix keeps its last 3/4 of a batch of
-tokens (llama-server's default batch, 2048, or half a smaller context), the suffix its first 1/4
-less the prompt's, and the chunks what the context leaves after a batch and twice the tokens to
-predict, the newest (last) chunks first. Those chunks are in the
-prompt, so plookup's drafter also drafts from them: infilled code copies from them often.
+suffix <MID>`` (``spm_infill``: the suffix part first). The prefix keeps its last 3/4 of the
+server's batch of tokens (its ``-b/--batch-size``, 2048 unless told, as llama-server's), the suffix
+its first 1/4 less the prompt's and two, and the chunks what the context leaves after a batch and
+twice the tokens to predict, the newest (last) chunks first: with llama.vim's recommended ``-b
+1024`` a request gets the 768 and 254 tokens llama-server gives it. Those chunks are in the prompt,
+so plookup's drafter also drafts from them: infilled code copies from them often.
 """
 
 from __future__ import annotations
@@ -63,12 +64,26 @@ def check_fim(llm, model_name: str) -> FimTokens:
     return tokens
 
 
+class FimBudget(NamedTuple):
+    prefix: int  # the most tokens kept of the text before the cursor (its last ones)
+    suffix: int  # ... of the text after it (its first ones)
+    chunks: int  # ... of the other files' chunks (the newest)
+
+
+def fim_budget(n_batch: int, n_ctx: int, n_predict: int, n_prompt: int) -> FimBudget:
+    """llama-server's split of a FIM prompt (format_prompt_infill): 3/4 of the batch for the prefix,
+    1/4 less the prompt's tokens and two for the suffix, and what the slot's context leaves after a
+    batch and twice the tokens to predict (-1: none) for the other files' chunks."""
+    return FimBudget(3 * (n_batch // 4), max(0, n_batch // 4 - (2 + n_prompt)), max(0, n_ctx - n_batch - 2 * n_predict))
+
+
 def infill_prompt(
     llm, fim: FimTokens, prefix: str, suffix: str, prompt: str = "",
-    extra: Sequence[tuple[str, str]] = (), n_predict: int = -1,
+    extra: Sequence[tuple[str, str]] = (), n_predict: int = -1, n_batch: int = LLAMA_SERVER_N_BATCH,
 ) -> list[int]:
     """The prompt's tokens: `extra` is the other files' (filename, text) chunks, oldest first;
-    `prompt` is text that goes on from the prefix (llama.vim's part of the cursor's line)."""
+    `prompt` is text that goes on from the prefix (llama.vim's part of the cursor's line);
+    `n_batch` the server's batch size, which sizes the parts (:func:`fim_budget`)."""
 
     def tokenize(text: str, special: bool = False) -> list[int]:
         return llm.tokenize(text.encode("utf-8"), add_bos=False, special=special) if text else []
@@ -85,15 +100,11 @@ def infill_prompt(
     if fim.sep is not None:
         chunks += [fim.sep, *tokenize(FILE_NAME)]
     middle = tokenize(prompt, special=True)
-    # llama-server's budgets are fractions of its batch, 2048 tokens unless told, not of this
-    # model's (llama_cpp's 512): from a context of 4096 on, the same request gets llama-server's
-    # prompt. Below, llama-server's batch (its context) would leave the chunks no room: half.
-    n_ctx = llm.n_ctx()
-    n_batch = min(LLAMA_SERVER_N_BATCH, n_ctx // 2)
+    budget = fim_budget(n_batch, llm.n_ctx(), n_predict, len(middle))
     before = tokenize(prefix)
-    before = before[len(before) - min(len(before), 3 * (n_batch // 4)):]
-    after = tokenize(suffix)[: max(0, n_batch // 4 - (2 + len(middle)))]
-    n_chunks = min(max(0, n_ctx - n_batch - 2 * n_predict), len(chunks))
+    before = before[len(before) - min(len(before), budget.prefix):]
+    after = tokenize(suffix)[: budget.suffix]
+    n_chunks = min(budget.chunks, len(chunks))
     head = [fim.pre, *before, *middle]
     tail = [fim.suf, *after]
     if getattr(llm, "spm_infill", False):

@@ -79,6 +79,9 @@ class Llama(Views):
     - ``rpc_servers``: ``["host:port", ...]`` or ``"host:port,..."`` running ``plookup
       rpc-server``, which get the model's layers as llama.cpp's ``--rpc`` gives them
       (:mod:`plookup.api.rpc`; a server it cannot use is an :class:`~plookup.api.rpc_check.RpcError`).
+    - ``cache_reuse``: after the common prefix, reuse cached chunks of at least this many tokens
+      found further on in a new prompt by shifting their cells into place, as llama-server's
+      ``--cache-reuse`` (default 0: the common prefix only; :mod:`plookup.engine.reuse`).
     - ``corpus``: also draft from a static corpus (a path ``plookup corpus build`` wrote, or a
       :class:`~plookup.index.corpus.CorpusIndex`); suffix drafter only.
 
@@ -102,6 +105,7 @@ class Llama(Views):
         decode_thread: Optional[bool] = None,
         corpus=None,
         backend_sampling: Optional[bool] = None,
+        cache_reuse: int = 0,
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
@@ -125,6 +129,7 @@ class Llama(Views):
             self.last_stats = SpecStats()
             return
         streams = start_engine(self, parallel, decode_thread)  # sets can_roll_back and _engine
+        self.cache_reuse = cache_reuse
         if backend_sampling is None:
             backend_sampling = recommended_backend_sampling(model_path, settings)
         self.backend_sampling = bool(backend_sampling)
@@ -145,6 +150,20 @@ class Llama(Views):
             "n_ctx": self.n_ctx(), "n_ctx_train": model.n_ctx_train(), "n_embd": self.n_embd(),
             "n_params": model.n_params(), "size": model.size(),
         }
+
+    @property
+    def cache_reuse(self) -> int:
+        """The shortest cached chunk a new prompt reuses by shifting its cells into place, for a
+        request that does not say (llama-server's ``--cache-reuse``; 0: the common prefix only)."""
+        return self._engine.cache_reuse if self._engine is not None else 0
+
+    @cache_reuse.setter
+    def cache_reuse(self, tokens: int) -> None:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"cache_reuse must be an integer >= 0 (tokens), got {tokens!r}")
+        if tokens and not self._engine.can_shift:
+            raise ValueError(f"cache_reuse={tokens}: {self.model_path}'s memory cannot shift its cells; use 0")
+        self._engine.cache_reuse = tokens
 
     @property
     def kv_layout(self) -> str:

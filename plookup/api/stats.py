@@ -15,6 +15,7 @@ class SpecStats:
     forward_passes: int = 0
     generated: int = 0  # tokens handed to the caller
     prefill_tokens: int = 0  # prompt tokens evaluated for this call (the rest was cached)
+    shifted_tokens: int = 0  # of the cached ones, tokens of chunks moved into place (plookup.engine.reuse)
     exact: Optional[bool] = None  # verify batches bitwise equal to plain decoding here (plookup doctor)
     draft_seconds: float = 0.0  # time spent in the drafter
     sample_seconds: float = 0.0  # time sampling rows and applying the acceptance rule
@@ -48,6 +49,7 @@ class SpecStats:
             "forward_passes": self.forward_passes,
             "generated": self.generated,
             "prefill_tokens": self.prefill_tokens,
+            "shifted_tokens": self.shifted_tokens,
             "exact": self.exact,
             "accepted_per_position": list(self.accepted_per_position),
             "drafted_per_position": list(self.drafted_per_position),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..verify.backend import BackendGreedy
+from .reuse import apply_moves, shift_plan
 from .slot import Generation, Slot
 from .turns import Turns
 
@@ -76,6 +77,15 @@ class Admission(Turns):
     def _keep_prefix(self, slot: Slot, gen: Generation) -> None:
         prompt = gen.prompt
         cached = slot.shared_prefix(prompt)
+        min_chunk = self.cache_reuse if gen.call.cache_reuse is None else gen.call.cache_reuse
+        if min_chunk > 0 and cached < len(prompt):  # cached chunks further on, shifted into place
+            if not self.can_shift:
+                raise ValueError(f"cache reuse (n_cache_reuse={min_chunk}) needs a memory that can shift its "
+                                 f"cells, which this model's cannot: send n_cache_reuse 0")
+            moves = shift_plan(slot.tokens[: slot.n].tolist(), prompt, cached, min_chunk)
+            if moves:
+                cached = apply_moves(self.memory, slot.seq, slot.tokens, moves)
+                gen.call.stats.shifted_tokens = sum(move.length for move in moves)
         # A whole cached prompt decodes its last token again: its logits are gone.
         reuse = cached - 1 if cached == len(prompt) else cached
         if not (reuse > 0 and self._roll_back(slot.seq, reuse)):

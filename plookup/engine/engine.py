@@ -17,6 +17,8 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
+import llama_cpp
+
 from ..verify.accept import accept
 from ..verify.backend import Chains
 from ..verify.rows import decode_chunks
@@ -54,6 +56,10 @@ class Engine(Admission, Step, Verdicts):
         # Backend greedy chains on the slots whose latest generation sampled with them (attaching
         # or detaching costs a graph reserve: see plookup.verify.backend).
         self.chains = Chains(llm._ctx)
+        # llama-server's --cache-reuse: the shortest cached chunk shifted into place for a request
+        # that does not say (0: the common prefix only); where the memory can shift at all.
+        self.cache_reuse = 0
+        self.can_shift = bool(llama_cpp.llama_memory_can_shift(self.memory))
 
     @property
     def memory(self):

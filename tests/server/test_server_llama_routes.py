@@ -111,7 +111,7 @@ def samples(client, headers=None) -> dict[str, float]:
 
 def fim_prompt(llm, prefix=PREFIX, suffix=SUFFIX, middle=MIDDLE, extra=EXTRA, n_predict=-1) -> list[int]:
     chunks = [(e["filename"], e["text"]) for e in extra]
-    return infill_prompt(llm, fim_tokens(llm), prefix, suffix, middle, chunks, n_predict)
+    return infill_prompt(llm, fim_tokens(llm), prefix, suffix, middle, chunks, n_predict, llm.n_batch)
 
 
 # -- llama.vim
@@ -129,7 +129,8 @@ def test_llama_vim_warm_up_then_fim_finds_its_chunks_cached(coder, coder_llm):
     assert response.status_code == 200 and response.json() == {}
     fields = ["content", "timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_token_ms",
               "timings/prompt_per_second", "timings/predicted_n", "timings/predicted_ms",
-              "timings/predicted_per_token_ms", "timings/predicted_per_second", "truncated", "tokens_cached"]
+              "timings/predicted_per_token_ms", "timings/predicted_per_second", "truncated", "tokens_cached",
+              "timings/cache_n"]
     fim = {"id_slot": 0, "input_prefix": "import os\n\n", "input_suffix": "\n", "input_extra": chunks,
            "prompt": "n = llama_", "n_predict": 128, "stop": [], "n_indent": 0, "top_k": 40, "top_p": 0.90,
            "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
@@ -146,8 +147,10 @@ def test_llama_vim_warm_up_then_fim_finds_its_chunks_cached(coder, coder_llm):
     warm = fim_prompt(coder_llm, "", "", "", chunks)
     full = fim_prompt(coder_llm, "import os\n\n", "\n", "n = llama_", chunks, 128)
     common = next(i for i, (a, b) in enumerate(zip(warm, full)) if a != b)
-    assert common - 1 <= answer["tokens_cached"] <= common
-    assert answer["timings/prompt_n"] == len(full) - answer["tokens_cached"]
+    assert common - 1 <= answer["timings/cache_n"] <= common
+    assert answer["timings/prompt_n"] == len(full) - answer["timings/cache_n"]
+    # llama-server's tokens_cached (llama.vim's "c:"): what the cache holds after the answer
+    assert answer["tokens_cached"] in (len(full) + answer["timings/predicted_n"] + d for d in (-1, 0))
 
 
 def test_llama_vim_fim_greedy_is_plain_decoding_of_llama_servers_prompt(coder, coder_llm, plain):

@@ -285,7 +285,8 @@ class Shape:
             raise APIError(400, "a prompt with a suffix must be a string", param="prompt")
         max_tokens = kwargs.get("max_tokens")
         n_predict = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else -1
-        kwargs["prompt"] = infill_prompt(self.llm, fim, kwargs["prompt"], kwargs["suffix"], n_predict=n_predict)
+        kwargs["prompt"] = infill_prompt(self.llm, fim, kwargs["prompt"], kwargs["suffix"], n_predict=n_predict,
+                                         n_batch=self.llm.n_batch)
         kwargs["suffix"] = None
 
     ORDER: Optional[tuple[str, ...]] = None  # the chain when a request lists no samplers (None: llama_cpp's)
@@ -346,9 +347,12 @@ class Shape:
         return merge_completions(results, one_prompt=True)
 
     def begin(self, call) -> None:
-        """Set up `call` for the next completion: its drafts' bounds, and a fresh watch."""
+        """Set up `call` for the next completion: its drafts' bounds, its cache reuse (the server's
+        --cache-reuse unless the body says), and a fresh watch."""
         if self.options is not None and self.options.speculative is not None:
             call.speculative = Speculative(**self.options.speculative.model_dump())
+        if self.options is not None and "n_cache_reuse" in self.options.model_fields_set:
+            call.cache_reuse = self.options.n_cache_reuse
         self.watch = self.watch_tokens(call)
         self.watch.start()
 
@@ -399,7 +403,7 @@ class Shape:
         prompt_n, predicted_n = stats["prefill_tokens"], len(watch.completion_tokens())
         prompt_ms, predicted_ms = clock.prompt_seconds() * 1000, clock.predicted_seconds() * 1000
         return {
-            "cache_n": max(0, len(self.prompt) - prompt_n),
+            "cache_n": max(0, len(self.prompt) - prompt_n),  # reused: the common prefix and shifted chunks
             "prompt_n": prompt_n,
             "prompt_ms": prompt_ms,
             "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,

@@ -265,7 +265,10 @@ class LlamaShape(Shape):
             "tokens_evaluated": len(self.prompt), "generation_settings": self.settings(),
             "prompt": self.llm.detokenize(self.prompt, special=True).decode("utf-8", errors="replace"),
             "has_new_line": "\n" in text, "truncated": len(self.prompt) + len(record.all_tokens) >= self.llm.n_ctx(),
-            "stop_type": stop_type, "stopping_word": word, "tokens_cached": timings["cache_n"], "timings": timings,
+            "stop_type": stop_type, "stopping_word": word, "timings": timings,
+            # llama-server's: the tokens the slot's cache holds after the answer (the newest
+            # token sampled is never evaluated)
+            "tokens_cached": len(self.prompt) + max(0, len(record.all_tokens) - 1),
         }
         if b.n_probs > 0 and not self.warm_up:
             answer["completion_probabilities"] = self.probabilities(record.emitted[: len(tokens)])
@@ -399,7 +402,9 @@ def add_generation_routes(app: FastAPI, service) -> None:
             raise APIError(400, str(e), param="model", code="infill_not_supported") from e
         extra = [(chunk.filename, chunk.text) for chunk in body.input_extra]
         n_predict = -1 if body.n_predict is None else body.n_predict
-        tokens = infill_prompt(llm, fim, body.input_prefix, body.input_suffix, body.prompt, extra, n_predict)
+        # sized by the server's batch (-b), as llama-server's (llama_cpp caps it at the context)
+        tokens = infill_prompt(llm, fim, body.input_prefix, body.input_suffix, body.prompt, extra, n_predict,
+                               llm.n_batch)
         return await complete(request, body, tokens)
 
 
