@@ -56,6 +56,18 @@ def check_gguf(model_path: str) -> None:
         raise ValueError(f"not a GGUF file (bad magic {magic!r}): {model_path}")
 
 
+def layers_placed(kwargs: dict) -> str:
+    """Where a load with these llama_cpp arguments puts the layers, in words."""
+    layers = kwargs.get("n_gpu_layers", 0)
+    if kwargs.get("rpc_servers"):
+        return "layers on the RPC servers" if layers == -1 else f"{layers} layers on the RPC servers"
+    if layers == 0:
+        return "on the CPU" if has_gpu_device() else "on the CPU: this llama.cpp build has no GPU backend"
+    if not has_gpu_device():
+        return "on the CPU: this llama.cpp build has no GPU backend (-ngl has nothing to offload to)"
+    return "every layer on the GPU" if layers < 0 else f"{layers} layers on the GPU, the rest on the CPU"
+
+
 def has_gpu_device() -> bool:
     """Whether llama.cpp's build has a GPU (or integrated GPU) device to put layers on.
     ``llama_supports_gpu_offload`` is not it: it also says yes for a build with the RPC backend."""

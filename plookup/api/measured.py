@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+from ..log import phase
 from ..measure.costs import cached_cost_curve
 from ..measure.exactness import EXACT_MIN_ROWS, cached_invariance, cached_slot_invariance, slots_exact
 
@@ -19,7 +20,8 @@ def calibrate(llm, exactness, cost_curve, streams: bool) -> None:
         warnings.warn(f"plookup: {llm.model_path} keeps a recurrent state that cannot drop rejected "
                       f"draft tokens; decoding it plainly, without speculation")
         return
-    llm.drafter.warm_up()  # load the numba kernels now, not inside the first generation
+    with phase("loading the drafting kernels", "(compiled once into numba's cache: `make install` does it)"):
+        llm.drafter.warm_up()  # now, not inside the first generation
     if exactness == "auto":
         llm.exact = keep_exact(llm, streams)
     if isinstance(cost_curve, str) and cost_curve == "auto":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..files import cache_dir, write_text_atomically
+from ..log import log, phase
 
 
 def digest(parts) -> str:
@@ -46,7 +47,9 @@ def measured_once(path, what: str, parse, measure, serialize):
     of it."""
     cached = read_cached(path, parse, what)
     if cached is not None:
+        log.info("%s: read from %s", what, path)
         return cached
-    value = measure()
+    with phase(f"measuring the {what}", f"(once for this model, settings and build; kept in {path})"):
+        value = measure()
     keep(path, serialize(value))
     return value

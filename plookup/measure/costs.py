@@ -191,7 +191,7 @@ def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.n
     extrapolated beyond), from the cache or measured now (which resets `llm`'s context)."""
     max_n = min(max_n or DEFAULT_MAX_N, MAX_MEASURED_ROWS)
     return measured_once(
-        cache_path("cost-curves", curve_key(llm, max_n)), "cost curve",
+        cache_path("cost-curves", curve_key(llm, max_n)), "verify-cost curve",
         parse=lambda data: validate_cost_curve(data["cost"]),
         measure=lambda: measure_cost_curve(llm, max_n),
         serialize=lambda cost: {"model": llm.model_path, "cost": cost.tolist()},

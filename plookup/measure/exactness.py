@@ -278,7 +278,7 @@ def cached_slot_invariance(llm, max_n: int = DEFAULT_MAX_N) -> list[SlotCheck]:
     """:func:`probe_slots` for `llm`, from the cache or measured now (seconds), keyed as
     :func:`cached_invariance` is."""
     return measured_once(
-        _probe_path(llm, max_n, "-slots"), "slot invariance",
+        _probe_path(llm, max_n, "-slots"), "exactness of slots side by side",
         parse=lambda data: [SlotCheck(**c) for c in data["checks"]],
         measure=lambda: probe_slots(llm, max_n),
         serialize=lambda checks: {"model": llm.model_path, "checks": [asdict(c) for c in checks]},
@@ -290,7 +290,7 @@ def cached_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
     for a small model; leaves `llm` reset). Keyed like the cost curve, plus the tiled switch."""
     return measured_once(
         # keyed by the layout too: rows in a stream of their own may round otherwise
-        _probe_path(llm, max_n, "" if _unified(llm) else "-streams"), "invariance",
+        _probe_path(llm, max_n, "" if _unified(llm) else "-streams"), "exactness (verify batches against plain decoding)",
         parse=lambda data: Invariance([RowCheck(**c) for c in data["checks"]]),
         measure=lambda: probe_invariance(llm, max_n),
         serialize=lambda result: {"model": llm.model_path, "checks": [asdict(c) for c in result.checks]},

@@ -415,6 +415,6 @@ def test_cost_curve_cache_is_owner_only_and_a_corrupt_one_is_replaced(model_path
     assert path.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
     path.write_text('{"cost": [1.0, ')
-    with pytest.warns(UserWarning, match="unreadable cost curve"):
+    with pytest.warns(UserWarning, match="unreadable verify-cost curve"):
         cost = cached_cost_curve(llm)
     assert len(cost) == 64 and json.loads(path.read_text())["cost"] == cost.tolist()

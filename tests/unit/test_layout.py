@@ -3,7 +3,7 @@
     native → index → draft → verify → engine → measure → api → app
 
 A module imports only modules of its own stage or an earlier one (``plookup.files``, where files
-are kept, is below every stage; the package's ``__init__`` re-exports the public names, which the
+are kept, and ``plookup.log``, what a load says, are below every stage; the package's ``__init__`` re-exports the public names, which the
 commands may import). Inside
 ``app`` the commands stack the same way: cli → {serve, bench, doctor, corpus_command, rpc_command} → options,
 and serve and bench leave each other alone.
@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"plookup": ROOT / "plookup"}
 STAGES = ("native", "index", "draft", "verify", "engine", "measure", "api", "app")
-BASE = {"plookup.files"}  # below every stage
+BASE = {"plookup.files", "plookup.log"}  # below every stage
 # The parts of app by the name after "plookup.app.": the command line, its commands, their options.
 APP_LAYERS = ("cli", "serve", "bench", "doctor", "corpus_command", "rpc_command", "options")
 COMMANDS = ("serve", "bench", "doctor", "corpus_command", "rpc_command")

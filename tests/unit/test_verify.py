@@ -243,11 +243,11 @@ def test_a_corrupt_invariance_cache_is_reported_and_measured_again(tmp_path, mon
     (path,) = (tmp_path / "invariance").iterdir()
     assert cached_invariance(llm) == measured  # read back
     path.write_text('{"checks": [{"n": 2, ')
-    with pytest.warns(UserWarning, match="unreadable invariance"):
+    with pytest.warns(UserWarning, match="unreadable exactness \\(verify batches"):
         assert cached_invariance(llm) == measured
     assert Invariance([RowCheck(**c) for c in json.loads(path.read_text())["checks"]]) == measured  # replaced
     assert cached_slot_invariance(llm) == []
     slots = tmp_path / "invariance" / path.name.replace(".json", "-slots.json")
     slots.write_text("{}")
-    with pytest.warns(UserWarning, match="unreadable slot invariance"):
+    with pytest.warns(UserWarning, match="unreadable exactness of slots"):
         assert cached_slot_invariance(llm) == []
