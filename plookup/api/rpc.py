@@ -32,6 +32,7 @@ from llama_cpp._ctypes_extensions import load_shared_library
 
 from ..measure.settings import model_params
 from .rpc_check import CHECK_TIMEOUT_S, RpcError, check_server, parse_servers
+from .rpc_lost import BoundedClose, held, notify
 
 REPACK_DEFAULT = True  # llama_model_default_params()' use_extra_bufts, which model_params sets too
 EXIT_RPC_LOST = 75  # EX_TEMPFAIL: a server went away; ggml cannot go on without it
@@ -183,6 +184,8 @@ def load_over_rpc(factory, servers, **kwargs):
 def attach(llm: llama_cpp.Llama, devices: RpcDevices) -> None:
     llm.rpc_devices = devices
     llm._stack.callback(devices.release)  # on close (ggml's connection ends with the model's free)
+    llm.close = BoundedClose(llm.close, devices.endpoints)  # llama_cpp's __del__ calls it too
+    held(llm.close)
 
 
 # --- a server lost mid-generation ------------------------------------------------------------------
@@ -198,6 +201,7 @@ def _on_abort(message: bytes) -> None:
         servers = ", ".join(endpoint for endpoint, n in list(_live.items()) if n) or "?"
         os.write(2, (f"plookup: lost an RPC server ({servers}): {text}\nplookup: llama.cpp's RPC backend "
                      f"cannot go on without it; exiting with status {EXIT_RPC_LOST}\n").encode())
+        notify(f"lost the RPC server {servers}: llama.cpp's RPC backend cannot go on without it")
         os._exit(EXIT_RPC_LOST)
     # Anything else: what ggml does without a callback (it aborts when this returns).
     os.write(2, (text + "\n").encode())

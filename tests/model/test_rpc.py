@@ -206,3 +206,109 @@ def test_a_server_killed_mid_generation_ends_the_client_with_a_message_naming_it
     assert client.returncode == rpc.EXIT_RPC_LOST, err
     assert f"lost an RPC server ({endpoint})" in err, err
     assert ended < 10
+
+
+# A client that loads the model over the server, generates, then idles, doing what stdin says.
+IDLE_CLIENT = """
+import sys, time
+import plookup
+from plookup.api.rpc_lost import lost_servers
+from plookup.draft.policy import CPU_COST_CURVE
+
+llm = plookup.Llama(sys.argv[1], rpc_servers=sys.argv[2], n_ctx=512, n_threads=1, n_threads_batch=1,
+                    verbose=False, cost_curve=CPU_COST_CURVE, exactness=None)
+llm.create_completion("1, 2, 3,", max_tokens=4, temperature=0)
+print("idle", flush=True)
+for line in sys.stdin:
+    if line.strip() == "lost":
+        deadline = time.monotonic() + 10
+        while not lost_servers([sys.argv[2]]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        print("lost", lost_servers([sys.argv[2]]), flush=True)
+    elif line.strip() == "close":
+        print("closed", llm.close(), flush=True)
+    elif line.strip() == "exit":
+        break
+"""
+
+
+def idle_client(model: str, endpoint: str) -> subprocess.Popen:
+    client = subprocess.Popen([sys.executable, "-c", IDLE_CLIENT, model, endpoint], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready, _, _ = select.select([client.stdout], [], [], STARTUP_S)  # bounded: never a hang
+    assert ready and client.stdout.readline().strip() == "idle", "the client did not start"
+    return client
+
+
+def told(client: subprocess.Popen, command: str, within: float = 30) -> str:
+    client.stdin.write(command + "\n")
+    client.stdin.flush()
+    ready, _, _ = select.select([client.stdout], [], [], within)
+    assert ready, f"no answer to {command!r} within {within} s"
+    return client.stdout.readline().strip()
+
+
+@pytest.mark.budget(90)
+@pytest.mark.parametrize("then", ["close", "exit"])
+def test_a_server_lost_while_idle_is_found_and_never_hangs_the_close_or_the_exit(model_path, then):
+    """llama.cpp's RPC client waits forever for a lost server's reply when it frees the model's
+    buffers (rpc_dispatcher::send): plookup frees on a thread and gives up after FREE_TIMEOUT_S,
+    naming the server, at close() and at the interpreter's exit alike."""
+    with rpc_server() as (endpoint, server):
+        client = idle_client(model_path["smollm2"], endpoint)
+        try:
+            os.kill(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+            assert told(client, "lost") == f"lost ['{endpoint}']"
+            start = time.monotonic()
+            out, err = client.communicate(("close\n" if then == "close" else "") + "exit\n", timeout=30)
+            assert time.monotonic() - start < 30
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+    # The free either ends (the connection's end found at once: llama.cpp's client aborts, and the
+    # process exits with EXIT_RPC_LOST naming the server) or is given up after FREE_TIMEOUT_S.
+    assert client.returncode in (0, rpc.EXIT_RPC_LOST), err
+    if client.returncode == rpc.EXIT_RPC_LOST:
+        assert f"lost an RPC server ({endpoint})" in err, err
+    elif then == "close":
+        assert "closed" in out, out
+
+
+@pytest.mark.budget(120)
+def test_serve_answers_its_in_flight_request_503_naming_the_lost_server_and_exits_for_a_restart(model_path):
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from conftest import serving
+
+    with rpc_server() as (endpoint, server):
+        with serving("smol", "--rpc", endpoint, "--threads", "1", "--no-memory") as (url, serve):
+            answer: dict = {}
+
+            def ask():
+                body = json.dumps({"prompt": "Once upon a time", "max_tokens": 1500, "temperature": 1.0,
+                                   "ignore_eos": True}).encode()
+                request = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as response:
+                        answer.update(status=response.status, body=json.load(response))
+                except urllib.error.HTTPError as e:
+                    answer.update(status=e.code, body=json.load(e))
+                except OSError as e:  # a dropped connection
+                    answer.update(status=None, body=str(e))
+
+            asking = threading.Thread(target=ask)
+            asking.start()
+            deadline = time.monotonic() + 30
+            while "plookup_steps_total 1" not in urllib.request.urlopen(f"{url}/metrics").read().decode():
+                assert time.monotonic() < deadline, "the generation never got under way"
+                time.sleep(0.05)
+            os.kill(server.pid, signal.SIGKILL)  # mid-generation
+            asking.join(30)
+            assert not asking.is_alive(), "the request was never answered"
+            assert answer["status"] == 503, answer
+            assert endpoint in answer["body"]["error"]["message"] and answer["body"]["error"]["code"] == "rpc_server_lost"
+            assert serve.wait(timeout=30) == rpc.EXIT_RPC_LOST  # a supervisor restarts it

@@ -18,6 +18,7 @@ generator to the garbage collector.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Callable, Optional, Sequence
@@ -29,7 +30,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 from llama_cpp.server.app import prepare_request_resources
 from sse_starlette.sse import EventSourceResponse
-from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+from starlette.concurrency import run_in_threadpool
 
 from ...api.llama import Llama
 from ...api.logprobs import check_logprobs
@@ -39,6 +40,7 @@ from .controls import LlamaOptions, Shape, merge_completions
 from .errors import APIError, error_event, install_error_handlers, model_error
 from .guards import CountRequests, LimitBody, ModelGate, RequireKey
 from .limits import Limits
+from .lost import Lost
 from .llama_routes import LLAMA_ROUTES, add_llama_routes
 from .metrics import CONTENT_TYPE, Metrics
 from .requests import (
@@ -131,6 +133,8 @@ class Service:
 
     def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics):
         self.llm, self.model_name, self.limits, self.metrics = llm, model_name, limits, metrics
+        rpc = getattr(llm, "rpc_devices", None)
+        self.lost = Lost(rpc.endpoints if rpc is not None else ())
         self.gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set, slots=llm.parallel)
         self.probe = PromptProbe(llm)
 
@@ -187,7 +191,7 @@ class Service:
             return shape.run(create, kwargs, call, stream)
 
         if body.stream:
-            self.metrics.queue_wait.observe(await self.gate.enter())
+            self.metrics.queue_wait.observe(await self.lost.unless_lost(self.gate.enter))
             return await self.start_stream(body, run, prediction, shape)  # the stream leaves the gate
         call, result = await self.through_gate(request, body, run, prediction)
         if call.prediction:
@@ -222,7 +226,7 @@ class Service:
     async def through_gate(self, request: Request, body, run, prediction):
         """(call, result) of a non-streamed request: it waits at the gate, generates, leaves the
         gate however that ends, and its generation's stats go to the metrics."""
-        self.metrics.queue_wait.observe(await self.gate.enter())
+        self.metrics.queue_wait.observe(await self.lost.unless_lost(self.gate.enter))
         try:
             call, result = await self.generate(request, run, prediction)
         except ValueError as e:
@@ -241,12 +245,12 @@ class Service:
             with self.llm.request(prediction, cancelled=gone.is_set) as call:
                 return call, run(call)
 
-        refused: Optional[ValueError] = None
+        refused: Optional[Exception] = None
         async with anyio.create_task_group() as group:
             group.start_soon(watch_disconnect, request, gone)
             try:
-                done = await run_in_threadpool(generate)
-            except ValueError as e:  # raised outside the group, which would wrap it in a group
+                done = await self.lost.in_thread(generate)
+            except (ValueError, APIError) as e:  # raised outside the group, which would wrap it in a group
                 refused = e
             finally:
                 group.cancel_scope.cancel()
@@ -257,7 +261,7 @@ class Service:
     async def start_stream(self, body, run, prediction, shape: Shape):
         """Run the stream's first step before the response starts, so that its errors are a real
         status; the response then leaves the gate when it ends, however it ends."""
-        llm, gate, metrics = self.llm, self.gate, self.metrics
+        llm, gate, metrics, lost = self.llm, self.gate, self.metrics, self.lost
         gone = threading.Event()
 
         def first_chunk():
@@ -266,7 +270,7 @@ class Service:
             return call, chunks, next(chunks, None)
 
         try:
-            call, chunks, first = await run_in_threadpool(first_chunk)
+            call, chunks, first = await self.lost.in_thread(first_chunk)
         except ValueError as e:
             gate.leave()
             raise model_error(e, body) from e
@@ -281,7 +285,7 @@ class Service:
                     text.append(chunk_text(first))
                     for event in shape.events(first):
                         yield event
-                    async for chunk in iterate_in_threadpool(chunks):
+                    while (chunk := await lost.in_thread(next, chunks, None)) is not None:
                         text.append(chunk_text(chunk))
                         for event in shape.events(chunk):
                             yield event
@@ -289,6 +293,8 @@ class Service:
                     yield event
             except ValueError as e:
                 yield error_event(model_error(e, body))
+            except APIError as e:  # the RPC server was lost
+                yield error_event(e)
 
         async def close():
             gone.set()  # a generation step still running ends the stream at its next step
@@ -318,7 +324,12 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     metrics.watch_engine(llm._engine)
     service = Service(llm, model_name, limits, metrics)
     created = int(time.time())
-    app = FastAPI(title="plookup")
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        service.lost.start()  # on the server's event loop
+        yield
+
+    app = FastAPI(title="plookup", lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(LimitBody, max_bytes=limits.max_body_bytes)  # added last runs first:
     if api_key:
@@ -356,6 +367,8 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
 
     @app.get("/health")
     async def health():
+        if service.lost.check() is not None:
+            raise service.lost.error()
         return {"status": "ok"}
 
     add_llama_routes(app, service)  # llama-server's own routes, and the /v1 ones without /v1
