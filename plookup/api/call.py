@@ -57,6 +57,9 @@ class Call:
     # The shortest cached chunk its prompt reuses by shifting its cells (llama-server's
     # n_cache_reuse; plookup.engine.reuse); None: the model's default (Llama.cache_reuse).
     cache_reuse: Optional[int] = None
+    # The cross-request memory it drafts from and is remembered in (a server's tenant's own:
+    # plookup.index.scopes); None: the model's drafter's.
+    memory: Optional[object] = None
 
     def is_cancelled(self) -> bool:
         return self.cancelled is not None and self.cancelled()

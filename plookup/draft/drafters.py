@@ -37,6 +37,7 @@ class SuffixDrafter(IndexDrafter):
                  corpus: CorpusIndex | None = None):
         super().__init__(SuffixIndex(), min_match, max_draft)
         self.memory = memory
+        self.own_memory = memory  # drafted from unless a request brings its own (use_memory)
         self._cursor = memory.cursor() if memory is not None else None
         self._fed = 0  # history tokens fed to the cursor since its start
         self.corpus: CorpusIndex | None = corpus
@@ -47,12 +48,21 @@ class SuffixDrafter(IndexDrafter):
     def use_corpus(self, corpus: Optional[CorpusIndex]) -> None:
         self.corpus = corpus
 
+    def use_memory(self, memory: Optional[GlobalMemory]) -> None:
+        """Draft from `memory` (and remember this request there) from the next request on: a
+        server's tenant's own (plookup.index.scopes); None: the drafter's own."""
+        memory = memory if memory is not None else self.own_memory
+        if memory is not self.memory:
+            self.memory = memory
+            self._cursor = memory.cursor() if memory is not None else None
+            self._fed = 0
+
     def reset(self) -> None:
         super().reset()
         self._fed = 0
 
     def _fresh(self) -> "SuffixDrafter":
-        drafter = type(self)(self.policy.min_match, self.memory)  # the memory and the corpus are shared
+        drafter = type(self)(self.policy.min_match, self.own_memory)  # the memory and the corpus are shared
         drafter.use_corpus(self.corpus)
         return drafter
 

@@ -50,6 +50,8 @@ class Admission(Turns):
             slot = max(free, key=lambda s: (s.shared_prefix(gen.prompt), -s.index))
             gen.drafter = self._drafter(slot)
             try:
+                if hasattr(gen.drafter, "use_memory"):  # the call's tenant's memory, else the drafter's
+                    gen.drafter.use_memory(gen.call.memory)
                 self._keep_prefix(slot, gen)
                 gen.drafter.start([*gen.call.prediction, *gen.prompt])  # a prediction is history to draft from
                 if isinstance(gen.sampler, BackendGreedy):

@@ -35,6 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from ...api.llama import Llama
 from ...api.logprobs import check_logprobs
 from ...api.prediction import chunk_text, completion_text, prediction_text
+from ...index.scopes import MemoryScopes, scope_of
 from ...verify.grammar import check_grammar
 from .controls import LlamaOptions, Shape, merge_completions
 from .errors import APIError, error_event, install_error_handlers, model_error
@@ -131,8 +132,12 @@ class Service:
     """What the routes do with one model: admit a request (the checks that need no model time),
     run it through the gate, and account for it from its own stats."""
 
-    def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics):
+    def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics, keyed: bool = False):
+        """`keyed`: the server asks for API keys, and each key drafts from a memory of its own."""
         self.llm, self.model_name, self.limits, self.metrics = llm, model_name, limits, metrics
+        shared = getattr(llm.drafter, "own_memory", None)
+        self.memories = MemoryScopes(shared) if shared is not None else None
+        self.keyed = keyed
         rpc = getattr(llm, "rpc_devices", None)
         self.lost = Lost(rpc.endpoints if rpc is not None else ())
         self.gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set, slots=llm.parallel)
@@ -160,6 +165,15 @@ class Service:
             raise APIError(400, str(e), param=param, code="invalid_grammar") from e
         return kwargs, prediction
 
+    def memory_of(self, request: Request, body):
+        """The cross-request memory a request drafts from: its API key's (where the server asks
+        for keys), narrowed by its ``cache_salt``; the one shared memory where neither is given
+        (plookup.index.scopes). None: the server keeps no memory."""
+        if self.memories is None:
+            return None
+        key = request.headers.get("authorization", "").partition(" ")[2] if self.keyed else None
+        return self.memories.get(scope_of(key, getattr(body, "cache_salt", None)))
+
     def check_prediction_size(self, text: str) -> None:
         limit = self.limits.max_prediction_tokens
         size = len(text.encode("utf-8"))
@@ -186,8 +200,10 @@ class Service:
         shape = shape or Shape(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
         kwargs, prediction = await self.admit(body, create_name, shape)
         create = getattr(self.llm, create_name)
+        memory = self.memory_of(request, body)
 
         def run(call, stream: bool = False):
+            call.memory = memory
             return shape.run(create, kwargs, call, stream)
 
         if body.stream:
@@ -210,8 +226,10 @@ class Service:
         admitted = [await self.admit(body.model_copy(update={"prompt": p}), "create_completion", shape)
                     for p, shape in zip(prompts, shapes)]
         prediction = admitted[0][1]
+        memory = self.memory_of(request, body)
 
         def each(call):
+            call.memory = memory
             return [shape.run(self.llm.create_completion, kwargs, call) for shape, (kwargs, _) in zip(shapes, admitted)]
 
         call, results = await self.through_gate(request, body, each, prediction)
@@ -322,7 +340,7 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     machine's pages, () none (same-origin only)."""
     metrics = Metrics(ROUTES | LLAMA_ROUTES)
     metrics.watch_engine(llm._engine)
-    service = Service(llm, model_name, limits, metrics)
+    service = Service(llm, model_name, limits, metrics, keyed=bool(api_key))
     created = int(time.time())
     @contextlib.asynccontextmanager
     async def lifespan(_app):

@@ -61,6 +61,8 @@ class LlamaOptions(BaseModel):
     n_keep: int = Field(0, ge=-1, exclude=True)
     n_discard: int = Field(0, ge=0, exclude=True)
     n_cache_reuse: int = Field(0, ge=0, exclude=True)
+    # vLLM's: requests draft only from the memory of the requests that sent the same salt (and key)
+    cache_salt: Optional[str] = Field(None, exclude=True)
     samplers: Optional[Union[List[str], str]] = Field(None, exclude=True)
     typical_p: float = Field(1.0, exclude=True)
     repeat_last_n: Optional[int] = Field(None, ge=-1, exclude=True)
