@@ -406,7 +406,8 @@ def model_listing(llm: Llama, model_name: str, created: int) -> dict:
     """llama-server's /v1/models: OpenAI's list (with llama.cpp's ``meta``), and Ollama's "models"
     beside it."""
     model = {"id": model_name, "aliases": [model_name], "tags": [], "object": "model", "created": created,
-             "owned_by": "llamacpp", "meta": llm.model_meta()}
+             "owned_by": "llamacpp", "meta": llm.model_meta(),
+             "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]}}
     details = {"parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "",
                "quantization_level": ""}
     ollama = {"name": model_name, "model": model_name, "modified_at": "", "size": "", "digest": "", "type": "model",

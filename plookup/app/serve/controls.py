@@ -58,6 +58,9 @@ class LlamaOptions(BaseModel):
     """llama-server's request fields beyond OpenAI's, with its defaults (its README, "/completion")."""
 
     n_predict: Optional[int] = Field(None, ge=-1, exclude=True)
+    # OpenAI's newer name for max_tokens (Zed sends it): llama-server reads n_predict, else this,
+    # else max_tokens, on every route
+    max_completion_tokens: Optional[int] = Field(None, ge=0, exclude=True)
     n_keep: int = Field(0, ge=-1, exclude=True)
     n_discard: int = Field(0, ge=0, exclude=True)
     n_cache_reuse: int = Field(0, ge=0, exclude=True)
@@ -260,6 +263,8 @@ class Shape:
             return
         if o.n_predict is not None and "n_predict" in o.model_fields_set and "max_tokens" not in o.model_fields_set:
             kwargs["max_tokens"] = None if o.n_predict < 0 else o.n_predict
+        elif o.max_completion_tokens is not None and "n_predict" not in o.model_fields_set:
+            kwargs["max_tokens"] = o.max_completion_tokens
         if kwargs.get("max_tokens") == 0 and o.n_predict == 0:
             # llama-server's warm-up: the prompt into the cache, nothing generated. llama_cpp reads
             # 0 as "up to the context": one token, not shown.

@@ -23,7 +23,7 @@ from typing import List, Optional, Union
 
 import llama_cpp
 from fastapi import FastAPI, Query, Request
-from pydantic import BaseModel, Field, StrictStr
+from pydantic import BaseModel, Field, StrictStr, model_validator
 
 from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
@@ -61,6 +61,15 @@ class LlamaCompletionBody(LlamaOptions):
     logit_bias: Optional[Union[dict, list]] = None
     grammar: Optional[str] = None
     prediction: Optional[Prediction] = None  # OpenAI's Predicted Outputs, drafted as on the /v1 routes
+    max_tokens: Optional[int] = Field(None, ge=0, exclude=True)  # twinny's; read where n_predict is not
+
+    @model_validator(mode="after")
+    def _length(self):
+        """llama-server's rule (params_from_json_cmpl): n_predict, else max_completion_tokens, else
+        max_tokens."""
+        if self.n_predict is None:
+            self.n_predict = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return self
 
 
 class InfillChunk(BaseModel):
