@@ -1,7 +1,7 @@
 # `make demo` and `make test` each create or reuse .venv, install everything, and run.
 # llama-cpp-python compiles llama.cpp. The default native build uses CPU features (AMX) that crash
-# some machines with SIGILL, so it is built with portable flags unless you set CMAKE_ARGS yourself
-# (e.g. CMAKE_ARGS="-DGGML_METAL=on" on a Mac, "-DGGML_CUDA=on" with CUDA). The built wheel is kept
+# some machines with SIGILL, so it is built with portable flags unless you set GPU=cuda|metal|vulkan
+# or CMAKE_ARGS yourself (e.g. CMAKE_ARGS="-DGGML_METAL=on" on a Mac). The built wheel is kept
 # in ~/.cache/plookup/wheels/<hash of version, CMAKE_ARGS and LEFT_OUT>, never in pip's cache, whose
 # entries ignore CMAKE_ARGS and would hand a native build back to a portable install.
 #
@@ -19,6 +19,18 @@ LLAMA_CPP_VERSION ?= 0.3.36
 # -DGGML_RPC=ON: llama.cpp's RPC backend (libggml-rpc), for a model split over several hosts
 # (`plookup rpc-server`, `--rpc HOST:PORT,...`); it adds a library, no CPU code.
 PORTABLE_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_RPC=ON
+# GPU=cuda|metal|vulkan (e.g. `make demo GPU=cuda`): llama.cpp with that GPU backend, in one word; its
+# wheel is keyed by these flags like any other. CUDA and Vulkan keep the portable CPU flags for the
+# layers left on the CPU; a Mac builds for its own CPU (the SIGILL above is an x86 one).
+GPU_CMAKE_ARGS_cuda := $(PORTABLE_CMAKE_ARGS) -DGGML_CUDA=on
+GPU_CMAKE_ARGS_vulkan := $(PORTABLE_CMAKE_ARGS) -DGGML_VULKAN=on
+GPU_CMAKE_ARGS_metal := -DGGML_METAL=on -DGGML_RPC=ON
+ifneq ($(GPU),)
+ifeq ($(GPU_CMAKE_ARGS_$(GPU)),)
+$(error GPU=$(GPU): give cuda, metal or vulkan (or leave GPU out for the portable CPU build))
+endif
+CMAKE_ARGS := $(GPU_CMAKE_ARGS_$(GPU))
+endif
 CMAKE_ARGS ?= $(PORTABLE_CMAKE_ARGS)
 # The flags before EXACT adds its own: they name the build folder both builds of a pair share.
 BASE_CMAKE_ARGS := $(CMAKE_ARGS)

@@ -2,7 +2,7 @@
 
     python examples/server_client.py [BASE_URL]
 
-Without BASE_URL (e.g. http://127.0.0.1:8000/v1) it starts `plookup serve` on a free local port
+Without BASE_URL (e.g. http://127.0.0.1:8080/v1) it starts `plookup serve` on a free local port
 with the bundled model, and stops it afterwards.
 """
 

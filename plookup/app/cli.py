@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 from ..api.rpc_check import RpcError
-from . import corpus_command, doctor, rpc_command
+from . import corpus_command, doctor, llama_cli, rpc_command
 from .bench import command as bench
 from .models import MODEL_NAMES, QUANTS, resolve_model
 from .options import add_drafter_option, add_model_options, load_llama, save_memory
@@ -100,8 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(argv: list[str], environ=os.environ) -> argparse.Namespace:
+    """The command line; for `serve`, llama-server's LLAMA_ARG_* variables in `environ` first, as
+    the flags they stand for, so that the command line's override them (llama_cli.env_arguments)."""
+    parser = build_parser()
+    if argv[:1] == ["serve"]:
+        try:
+            argv = ["serve", *llama_cli.env_arguments(environ), *argv[1:]]
+        except ValueError as e:
+            parser.exit(2, f"plookup serve: {e}\n")
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(list(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, RpcError) as e:

@@ -37,11 +37,15 @@ from ..measure.settings import (
     save_report,
 )
 from ..measure.speeds import BACKEND_MARGIN, backend_walls, measure_backend_sampling, measure_speeds
-from .models import quantized_path, resolve_model
-from .options import add_model_options
+from .models import quantized_path
+from .options import add_model_options, layers_line, model_kwargs
 from .tables import grid, notes
 
 note = notes("doctor")
+
+# llama_cpp's arguments from the model options that every load of the doctor takes as given (-ngl,
+# -b, ...); the settings it probes (flash attention, repacking, tiling) are its own.
+LOAD_OPTIONS = ("n_threads_batch", "n_gpu_layers", "n_batch", "n_ubatch", "type_k", "type_v", "use_mmap", "use_mlock")
 
 
 def register(commands) -> None:
@@ -57,13 +61,14 @@ def register(commands) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    path = resolve_model(args.model)
+    kwargs = model_kwargs(args)
+    path, load = kwargs["model_path"], {k: kwargs[k] for k in LOAD_OPTIONS if k in kwargs}
     if check_max_draft(args.max_draft) < 1:
         raise ValueError("--max-draft: the doctor measures verify batches, of at least one draft token")
     if args.rpc:
-        return over_rpc(path, args)
+        return over_rpc(path, args, kwargs["n_ctx"], load)
     quants = [q for q in args.quants.split(",") if q]
-    report = diagnose(path, args.threads, args.n_ctx, quants, max_n=args.max_draft + 1)
+    report = diagnose(path, args.threads, kwargs["n_ctx"], quants, max_n=args.max_draft + 1, load=load)
     save_report(path, report)
     print(render(report))
     if args.json:
@@ -72,7 +77,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def over_rpc(path: str, args: argparse.Namespace) -> int:
+def over_rpc(path: str, args: argparse.Namespace, n_ctx: int, load: dict) -> int:
     """Over RPC servers, what the link changes: the verify-cost curve measured through them (a pass
     is a round trip, so the curve flattens as the link slows) and its always-right ceiling, cached
     under a key that names the servers, where a later load over them (same threads and context)
@@ -81,15 +86,16 @@ def over_rpc(path: str, args: argparse.Namespace) -> int:
     from ..api.llama import Llama
     from ..measure.costs import cached_cost_curve
 
-    llm = Llama(path, rpc_servers=args.rpc, n_ctx=args.n_ctx, n_threads=args.threads, n_threads_batch=args.threads,
-                verbose=False, cost_curve=None, exactness=None, backend_sampling=False, max_draft=args.max_draft)
+    llm = Llama(path, **{"n_threads_batch": args.threads, **load}, rpc_servers=args.rpc, n_ctx=n_ctx,
+                n_threads=args.threads, verbose=False, cost_curve=None, exactness=None, backend_sampling=False,
+                max_draft=args.max_draft)
     try:
         cost = cached_cost_curve(llm, args.max_draft + 1)
         endpoints = list(llm.rpc_devices.endpoints)
     finally:
         llm.close()
     best_n, ceiling = oracle_speedup(cost)
-    print(f"model: {path}\nover RPC: {', '.join(endpoints)} (every layer there)")
+    print(f"model: {path}\nover RPC: {', '.join(endpoints)}\n{layers_line(dict(load, model_path=path, rpc_servers=endpoints))}")
     print("verify cost, in single decodes, of n rows: " + "  ".join(
         f"{n}: {cost[n - 1]:.2f}" for n in (1, 2, 4, 8, 16, 32, 64) if n <= len(cost)))
     print(f"always-right ceiling: {ceiling:.2f}x plain decoding (n={best_n}). Cached: a plookup.Llama loaded over "
@@ -100,24 +106,27 @@ def over_rpc(path: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def diagnose(path: str, threads: int, n_ctx: int, quants: list[str], max_n: int = DEFAULT_MAX_N) -> dict:
+def diagnose(path: str, threads: int, n_ctx: int, quants: list[str], max_n: int = DEFAULT_MAX_N,
+             load: Optional[dict] = None) -> dict:
     """The doctor's report for the model file `path` (every figure measured now), verify batches
-    of up to max_n rows (the pending token and the longest draft)."""
+    of up to max_n rows (the pending token and the longest draft); `load`: llama_cpp's arguments
+    every load takes (:data:`LOAD_OPTIONS`, e.g. n_gpu_layers)."""
     import llama_cpp
 
+    load = load or {}
     report = dict(
         model=path, tensor_types=tensor_types(path), llamafile=llamafile_in_build(),
         llama_cpp_python=llama_cpp.__version__, system_info=llama_cpp.llama_print_system_info().decode().strip(),
-        threads=threads, max_n=max_n, configs=[],
+        threads=threads, max_n=max_n, configs=[], layers=layers_line(dict(load, model_path=path)),
     )
     report["quant"] = file_type(report["tensor_types"])
     for i, settings in enumerate(SETTINGS_TO_PROBE, 1):
         note(f"[{i}/{len(SETTINGS_TO_PROBE)}] {settings.label()}")
-        report["configs"].append(in_fresh_process(path, settings, threads, n_ctx, max_n))
+        report["configs"].append(in_fresh_process(path, settings, threads, n_ctx, max_n, load))
     report["quants"] = {}
     for quant in quants:
         note(f"requantized to {quant}")
-        measured = in_fresh_process(str(quantized_path(path, quant)), Settings(), threads, n_ctx, max_n)
+        measured = in_fresh_process(str(quantized_path(path, quant)), Settings(), threads, n_ctx, max_n, load)
         report["quants"][quant] = measured["ceiling"]
     # The same model measured in the other build (`make EXACT=1` or not), when the doctor ran there.
     report["advice"] = advise(report, load_report(path, llamafile=not report["llamafile"]))
@@ -137,15 +146,17 @@ def file_type(types: dict[str, int]) -> str:
     return max(quantized, key=quantized.get) if quantized else next(iter(types), "?")
 
 
-def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int, max_n: int = DEFAULT_MAX_N) -> dict:
+def measure_settings(path: str, settings: Settings, threads: int, n_ctx: int, max_n: int = DEFAULT_MAX_N,
+                     load: Optional[dict] = None) -> dict:
     """Everything the doctor reports for one setting (run it in a fresh process), verify batches
-    of up to max_n rows: the probes, the cost curve, and the drafts of the host measurement."""
+    of up to max_n rows: the probes, the cost curve, and the drafts of the host measurement;
+    `load`: as :func:`diagnose`'s."""
     os.environ[TILED_ENV] = "1" if settings.tiled else "0"
     from ..api.llama import Llama  # the probe needs plookup's two-sequence context
 
-    llm = Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=settings.flash_attn,
-                use_extra_bufts=settings.repack, cost_curve=None, exactness=None, backend_sampling=False,
-                max_draft=max_n - 1)
+    llm = Llama(path, **{"n_threads_batch": threads, **(load or {})}, n_ctx=n_ctx, n_threads=threads,
+                verbose=False, flash_attn=settings.flash_attn, use_extra_bufts=settings.repack, cost_curve=None,
+                exactness=None, backend_sampling=False, max_draft=max_n - 1)
     invariance = probe_invariance(llm, max_n)
     slots = probe_slots(llm, max_n)
     cost = measure_cost_curve(llm, max_n)
@@ -171,10 +182,13 @@ def _worker(conn, *args) -> None:
         conn.send(("error", traceback.format_exc()))
 
 
-def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int, max_n: int = DEFAULT_MAX_N) -> dict:
+def in_fresh_process(path: str, settings: Settings, threads: int, n_ctx: int, max_n: int = DEFAULT_MAX_N,
+                     load: Optional[dict] = None) -> dict:
+    """:func:`measure_settings` in a process of its own (spawned: ggml reads its switches once a
+    process), `load` (n_gpu_layers and the rest) passed on to it."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
-    process = context.Process(target=_worker, args=(child, path, settings, threads, n_ctx, max_n), daemon=True)
+    process = context.Process(target=_worker, args=(child, path, settings, threads, n_ctx, max_n, load), daemon=True)
     process.start()
     try:
         status, value = parent.recv()
@@ -285,6 +299,7 @@ def render(report: dict) -> str:
         f"  tensors: {types}",
         f"build: llama-cpp-python {report['llama_cpp_python']}; {report['system_info']}",
         f"threads: {report['threads']}",
+        *([report["layers"]] if report.get("layers") else []),  # (reports saved before -ngl lack it)
         "",
         grid(header, rows),
     ]

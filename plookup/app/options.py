@@ -8,40 +8,67 @@ import os
 import sys
 from typing import Optional
 
+from ..api.load import AUTO_GPU_LAYERS
 from ..draft.drafters import DRAFTERS, make_drafter
 from ..draft.index_drafter import DEFAULT_MAX_DRAFT
 from ..index.memory import DEFAULT_MEMORY_TOKENS, GlobalMemory, vocabulary_id
+from . import llama_cli
 from .models import resolve_model
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """Options every subcommand that loads a model shares."""
+    """Options every subcommand that loads a model shares, spelled as plookup spells them and as
+    llama.cpp's tools do (plookup.app.llama_cli)."""
     parser.add_argument(
         "-m", "--model", metavar="MODEL",
         help="GGUF file, or a name of `plookup models list` (e.g. qwen-coder-0.5b:q8_0), fetched on "
              "first use (default: the bundled SmolLM2-135M)",
     )
-    parser.add_argument("--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
     parser.add_argument(
-        "--threads", type=int, default=os.cpu_count(),
-        help="threads for single-token and batched decoding alike (default: all cores)",
+        "-c", "--ctx-size", "--n-ctx", dest="n_ctx", type=llama_cli.ctx_size, default=4096, metavar="N",
+        help="context window in tokens, each slot's whole (llama-server shares its -c among its slots) "
+             "(default 4096; 0: the context the model was trained with)",
     )
     parser.add_argument(
-        "--max-draft", type=int, default=DEFAULT_MAX_DRAFT,
-        help=f"most draft tokens per step (default {DEFAULT_MAX_DRAFT})",
+        "-t", "--threads", type=llama_cli.threads, default=os.cpu_count(), metavar="N",
+        help="threads for single-token decoding, and batched unless -tb (default: all cores)",
+    )
+    parser.add_argument("-tb", "--threads-batch", type=llama_cli.threads, metavar="N",
+                        help="threads for batched decoding: prompts, verify batches (default: --threads)")
+    parser.add_argument(
+        "-ngl", "--n-gpu-layers", "--gpu-layers", dest="n_gpu_layers", type=llama_cli.gpu_layers,
+        default=AUTO_GPU_LAYERS, metavar="N|auto|all",
+        help="layers on the GPU, as llama-server's -ngl (default auto: every layer where this llama.cpp "
+             "build has a GPU backend, e.g. `make GPU=cuda`; none on a CPU build)",
+    )
+    parser.add_argument("-b", "--batch-size", dest="n_batch", type=llama_cli.positive, metavar="N",
+                        help="llama.cpp's logical batch: the most tokens a decode takes (default llama_cpp's 512)")
+    parser.add_argument("-ub", "--ubatch-size", dest="n_ubatch", type=llama_cli.positive, metavar="N",
+                        help="llama.cpp's physical batch, at most -b (default 512)")
+    parser.add_argument(
+        "--max-draft", "--draft-max", "--draft", "--draft-n", "--spec-draft-n-max", "--spec-ngram-mod-n-max",
+        dest="max_draft", type=llama_cli.non_negative, default=DEFAULT_MAX_DRAFT, metavar="N",
+        help=f"most draft tokens per step, 0 for none (default {DEFAULT_MAX_DRAFT})",
     )
     parser.add_argument(
-        "--flash-attn", choices=("on", "off"),
-        help="llama.cpp's flash attention (default: llama_cpp's, off, unless `plookup doctor` chose "
-             "settings for the model; on was 19%% faster on 2 cores with SmolLM2 at 2 slots)",
+        "-fa", "--flash-attn", type=llama_cli.flash_attn, nargs="?", const="on", metavar="on|off|auto",
+        help="llama.cpp's flash attention; alone: on (default auto: what `plookup doctor` chose for the model, "
+             "else llama_cpp's off; on was 19%% faster on 2 cores with SmolLM2 at 2 slots)",
     )
+    parser.add_argument("-ctk", "--cache-type-k", dest="type_k", type=llama_cli.cache_type, metavar="TYPE",
+                        help=f"KV cache type of K: {', '.join(llama_cli.CACHE_TYPES)} (default f16)")
+    parser.add_argument("-ctv", "--cache-type-v", dest="type_v", type=llama_cli.cache_type, metavar="TYPE",
+                        help="KV cache type of V, as -ctk (default f16)")
+    parser.add_argument("--mlock", dest="use_mlock", action="store_true", help="keep the model in RAM (mlock)")
+    parser.add_argument("--mmap", dest="use_mmap", action=argparse.BooleanOptionalAction,
+                        help="map the model file into memory (default: mmap)")
     parser.add_argument(
         "--rpc", metavar="HOST:PORT,...",
         help="put the model's layers on these llama.cpp RPC servers (`plookup rpc-server` on each "
              "host), as llama.cpp's --rpc; one that cannot be used is an error naming it",
     )
     parser.add_argument(
-        "--backend-sampling", choices=("on", "off"),
+        "--backend-sampling", choices=("on", "off"), nargs="?", const="on",
         help="sample greedy rows inside llama.cpp's graph, reading token ids instead of logits "
              "(default: what `plookup doctor` found faster for the model, else off)",
     )
@@ -80,14 +107,23 @@ def add_drafter_option(parser: argparse.ArgumentParser, memory_by_default: bool 
 
 
 def model_kwargs(args: argparse.Namespace) -> dict:
+    """llama_cpp.Llama's arguments (and plookup.Llama's own) from the model options; n_gpu_layers
+    as given ("auto" by default), which plookup.Llama resolves and :func:`plain_llama` too."""
+    path = resolve_model(args.model)
     kwargs = dict(
-        model_path=resolve_model(args.model),
-        n_ctx=args.n_ctx,
+        model_path=path,
+        n_ctx=args.n_ctx or llama_cli.trained_context(path),  # -c 0, llama-server's "the model's"
         n_threads=args.threads,
-        n_threads_batch=args.threads,
+        n_threads_batch=getattr(args, "threads_batch", None) or args.threads,
+        n_gpu_layers=getattr(args, "n_gpu_layers", AUTO_GPU_LAYERS),
         verbose=False,
     )
-    if getattr(args, "flash_attn", None) is not None:  # else the model's own choice (doctor) stands
+    for name in ("n_batch", "n_ubatch", "type_k", "type_v", "use_mmap"):  # else llama_cpp's defaults
+        if getattr(args, name, None) is not None:
+            kwargs[name] = getattr(args, name)
+    if getattr(args, "use_mlock", False):
+        kwargs["use_mlock"] = True
+    if getattr(args, "flash_attn", None) in ("on", "off"):  # else (auto) the model's own choice (doctor) stands
         kwargs["flash_attn"] = args.flash_attn == "on"
     if getattr(args, "backend_sampling", None) is not None:  # plookup.Llama's own (see llama_cpp_kwargs)
         kwargs["backend_sampling"] = args.backend_sampling == "on"
@@ -100,8 +136,13 @@ def model_kwargs(args: argparse.Namespace) -> dict:
 
 def llama_cpp_kwargs(kwargs: dict) -> dict:
     """:func:`model_kwargs` for a llama_cpp.Llama: without plookup.Llama's own options (and
-    rpc_servers, which llama_cpp.Llama ignores: :func:`plain_llama` applies it)."""
-    return {k: v for k, v in kwargs.items() if k not in ("backend_sampling", "rpc_servers")}
+    rpc_servers, which llama_cpp.Llama ignores: :func:`plain_llama` applies it), n_gpu_layers a
+    count (llama_cpp takes no "auto")."""
+    from ..api.load import gpu_layers
+
+    kept = {k: v for k, v in kwargs.items() if k not in ("backend_sampling", "rpc_servers")}
+    kept["n_gpu_layers"] = gpu_layers(kwargs.get("n_gpu_layers", AUTO_GPU_LAYERS), bool(kwargs.get("rpc_servers")))
+    return kept
 
 
 def plain_llama(kwargs: dict, **extra):
@@ -115,6 +156,31 @@ def plain_llama(kwargs: dict, **extra):
 
         return load_over_rpc(llama_cpp.Llama, servers, **llama_cpp_kwargs(kwargs), **extra)
     return llama_cpp.Llama(**llama_cpp_kwargs(kwargs), **extra)
+
+
+def layers_line(kwargs: dict) -> str:
+    """Where a load with :func:`model_kwargs` `kwargs` puts the model's layers, in one line, e.g.
+    "layers: 25/25 on the GPU (CUDA0)": llama.cpp's count, the blocks and the output layer, read
+    from the file's header (no load)."""
+    from ..api import rpc
+    from ..api.load import GPU_DEVICE, IGPU_DEVICE, gpu_layers, has_gpu_device
+
+    servers = kwargs.get("rpc_servers")
+    wanted = kwargs.get("n_gpu_layers", AUTO_GPU_LAYERS)
+    total = (llama_cli.model_shape(kwargs["model_path"])["block_count"] or 0) + 1
+    count = gpu_layers(wanted, bool(servers))
+    placed = total if count < 0 else min(count, total)
+    rest = "" if placed == total else ", the rest on the CPU"
+    if servers:
+        return f"layers: {placed}/{total} on the RPC servers {', '.join(servers)}{rest}"
+    if not has_gpu_device():
+        refused = f" (-ngl {wanted} has nothing to offload to)" if count != 0 else ""
+        return f"layers: on the CPU (this llama.cpp build has no GPU backend){refused}"
+    device = next(filter(None, map(rpc.ggml().ggml_backend_dev_by_type, (GPU_DEVICE, IGPU_DEVICE))))
+    name = rpc.ggml().ggml_backend_dev_name(device).decode()
+    if placed == 0:
+        return f"layers: on the CPU (-ngl 0; the GPU {name} unused)"
+    return f"layers: {placed}/{total} on the GPU ({name}){rest}"
 
 
 def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None):

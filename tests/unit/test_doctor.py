@@ -118,7 +118,7 @@ def test_the_command_measures_batches_up_to_its_max_draft(tmp_path, monkeypatch,
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     asked = []
 
-    def measured(path, settings, threads, n_ctx, max_n):
+    def measured(path, settings, threads, n_ctx, max_n, load=None):
         asked.append(max_n)
         return dict(config(True, 2.0, **asdict(settings)), cost=[1.0] * max_n)
 

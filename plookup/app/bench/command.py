@@ -21,7 +21,7 @@ import numpy as np
 
 from ...draft.drafters import make_drafter
 from ...measure.costs import measure_cost_curve, oracle_speedup
-from ..options import add_model_options, model_kwargs, plain_llama
+from ..options import add_model_options, layers_line, model_kwargs, plain_llama
 from ..tables import notes
 from . import report as bench_report
 from .concurrency import DEFAULT_KINDS
@@ -224,10 +224,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     max_tokens = args.max_tokens or (QUICK_MAX_TOKENS if args.quick else DEFAULT_MAX_TOKENS)
     kwargs = model_kwargs(args)
+    note(layers_line(kwargs))
     phases = [Phase("standard", kwargs, max_tokens, names, lambda llm, first_answer: standard(args, first_answer))]
     whole_files = 0 if args.quick or args.workload or args.workloads == "corpus" else args.whole_files
     if whole_files:
-        whole_kwargs = dict(kwargs, n_ctx=max(args.n_ctx, WHOLE_FILE_N_CTX))
+        whole_kwargs = dict(kwargs, n_ctx=max(kwargs["n_ctx"], WHOLE_FILE_N_CTX))
         phases.append(Phase("whole-file", whole_kwargs, WHOLE_FILE_MAX_TOKENS, names,
                             lambda llm, first_answer: whole_file_workloads(args.seed, whole_files)))
     record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
@@ -266,9 +267,10 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
         raise ValueError("--rounds: every client sends at least one request")
     args.max_tokens = args.max_tokens or QUICK_MAX_TOKENS
     server = find_server(args)
-    record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=model_kwargs(args)["model_path"],
-                  threads=args.threads, max_draft=args.max_draft,
-                  concurrency=run(args, model_kwargs(args), levels, note, server))
+    kwargs = model_kwargs(args)
+    note(layers_line(kwargs))
+    record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
+                  threads=args.threads, max_draft=args.max_draft, concurrency=run(args, kwargs, levels, note, server))
     if args.json:
         write_json(args.json, record)
     if args.plot:
@@ -285,6 +287,7 @@ def cmd_editor(args: argparse.Namespace) -> int:
         if getattr(args, name) < (0 if name == "fim_chunks" else 1):
             raise ValueError(f"--{name.replace('_', '-')}: too small")
     kwargs = model_kwargs(args)
+    note(layers_line(kwargs))
     record = run(args, kwargs, note, find_server(args), machine())
     if args.json:
         write_json(args.json, record)
@@ -421,15 +424,19 @@ def find_server(args: argparse.Namespace):
 
 
 def server_starts(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
-    """A callable starting each llama-server system (none without the binary); over RPC servers
-    with llama-server's own --rpc, every layer on them as plookup's load puts them."""
+    """A callable starting each llama-server system (none without the binary), its layers where
+    plookup's loads put them (-ngl); over RPC servers with llama-server's own --rpc."""
     from .llama_server import SPEC_TYPES, ServerSystem
 
     binary = find_server(args)
     if binary is None:
         return []
+    from ...api.load import gpu_layers
+
     servers = kwargs.get("rpc_servers")
-    flags = ["--rpc", ",".join(servers), "-ngl", "99"] if servers else []
+    layers = gpu_layers(kwargs.get("n_gpu_layers", "auto"), bool(servers))  # as plookup's loads place them
+    flags = ["--rpc", ",".join(servers)] if servers else []
+    flags += ["-ngl", str(layers if layers >= 0 else 999)]  # (llama-server's -1 is its own "auto")
 
     def start(spec_type):
         note(f"starting llama-server --spec-type {spec_type}")

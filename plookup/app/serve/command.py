@@ -1,30 +1,48 @@
-"""`plookup serve`: the OpenAI-compatible HTTP server on the command line (the app is in `app`)."""
+"""`plookup serve`: the OpenAI-compatible HTTP server on the command line (the app is in `app`).
+It takes llama-server's command line too (plookup.app.llama_cli): its spellings, presets and
+LLAMA_ARG_* variables, and refuses by name what plookup cannot honour."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
+from .. import llama_cli
 from ..options import add_drafter_option, add_model_options, load_llama, save_memory
 from .limits import Limits
 
 API_KEY_ENV = "PLOOKUP_API_KEY"
+DEFAULT_PORT = 8080  # llama-server's, which editors' and clients' READMEs assume
 
 
 def register(commands) -> None:
     serve = commands.add_parser(
         "serve", help="HTTP server: OpenAI's /v1/completions, /v1/chat/completions, /v1/models; llama-server's "
-                      "/completion, /infill, /tokenize, /detokenize, /apply-template, /props, /slots; /metrics, /health"
+                      "/completion, /infill, /tokenize, /detokenize, /apply-template, /props, /slots; /metrics, /health",
+        description="Takes llama-server's command line too (its -m, -c, -np, -ngl, -fa, presets, LLAMA_ARG_* "
+                    "variables, ...); a llama-server flag plookup cannot honour is refused by name.",
+        usage="plookup serve [options]  (plookup serve --help lists them)",  # a bad value's error, in 2 lines
     )
     add_model_options(serve)
     add_drafter_option(serve, memory_by_default=True)
     limits = Limits()
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to listen on (default 127.0.0.1: this machine only; see README before binding elsewhere)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
-    serve.add_argument("--model-alias", help="the model id clients send (default: the GGUF file's name)")
-    serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                       help=f"require Authorization: Bearer KEY on every route but /health (default: ${API_KEY_ENV})")
+    serve.add_argument("--host", type=llama_cli.host, default="127.0.0.1",
+                       help="address to listen on, or a UNIX socket path ending in .sock (default 127.0.0.1: this "
+                            "machine only; see README before binding elsewhere)")
+    serve.add_argument("--port", type=llama_cli.port, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
+    serve.add_argument("-a", "--alias", "--model-alias", dest="model_alias", action=llama_cli.Alias, metavar="NAME",
+                       help="the model id clients send (default: the GGUF file's name)")
+    serve.add_argument("--api-key", dest="api_key", action=llama_cli.Keys, type=llama_cli.api_keys, metavar="KEY[,KEY]",
+                       help=f"require Authorization: Bearer KEY, any of these, on every route but /health (default: "
+                            f"${API_KEY_ENV}; repeatable)")
+    serve.add_argument("--api-key-file", dest="api_key", action=llama_cli.Keys, type=llama_cli.api_key_file,
+                       metavar="FILE", help="as --api-key, a key a line (lines starting with # left out)")
+    # llama-server's $LLAMA_API_KEY and $LLAMA_ARG_API_KEY_FILE (cli.parse gives them as these).
+    serve.add_argument("--env-api-key", dest="env_api_key", action=llama_cli.Keys, type=llama_cli.api_keys,
+                       help=argparse.SUPPRESS)
+    serve.add_argument("--env-api-key-file", dest="env_api_key", action=llama_cli.Keys, type=llama_cli.api_key_file,
+                       help=argparse.SUPPRESS)
     serve.add_argument("--cors-origins", metavar="ORIGIN[,ORIGIN]", type=origins, default=(),
                        help="let browser pages from these origins call the server, e.g. http://localhost:5173 "
                             "(* for any; default: none, same-origin only)")
@@ -32,12 +50,13 @@ def register(commands) -> None:
                        help=f"largest request body, else 413 (default {limits.max_body_bytes})")
     serve.add_argument("--max-prediction-tokens", type=int, default=limits.max_prediction_tokens,
                        help=f"largest Predicted Output, else 400 (default {limits.max_prediction_tokens})")
-    serve.add_argument("--parallel", type=int, default=1,
-                       help="generations decoded at once, each on a slot with the whole --n-ctx window "
+    serve.add_argument("-np", "--parallel", type=llama_cli.parallel, default=1, metavar="N",
+                       help="generations decoded at once, each on a slot with the whole -c window "
                             "(the KV cache holds N x n-ctx cells); requests beyond them queue (default 1: "
                             "one at a time, exact where `plookup doctor` says so)")
     serve.add_argument("--max-queue", type=int, default=limits.max_queue,
                        help=f"requests waiting for the model, else 429 (default {limits.max_queue})")
+    llama_cli.add_server_flags(serve)
     serve.set_defaults(func=cmd_serve)
 
 
@@ -47,6 +66,15 @@ def origins(text: str) -> tuple[str, ...]:
     if not found:
         raise argparse.ArgumentTypeError("give at least one origin, e.g. http://localhost:5173")
     return found
+
+
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """The keys a request may give: the command line's, else llama-server's $LLAMA_API_KEY and
+    $LLAMA_ARG_API_KEY_FILE's, else $PLOOKUP_API_KEY's (comma-separated too)."""
+    if args.api_key or args.env_api_key:
+        return tuple(args.api_key or args.env_api_key)
+    given = os.environ.get(API_KEY_ENV)
+    return tuple(llama_cli.api_keys(given)) if given and given.strip(", ") else ()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -59,11 +87,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     if args.max_queue < 0:
         raise ValueError("--max-queue must be >= 0")
-    if args.parallel < 1:
-        raise ValueError("--parallel must be >= 1")
+    llama_cli.settle(args)
+    if args.draft_min:  # TODO(create_app): a server-wide speculative.n_min
+        llama_cli.add_note(args, f"--draft-min {args.draft_min}: plookup drafts what pays by its cost curve; a "
+                                 f"request's speculative.n_min sets a shortest draft for that request")
+    for note in dict.fromkeys(args.llama_notes or ()):
+        print(f"plookup serve: {note}", file=sys.stderr, flush=True)
+    keys = api_keys(args)
     llm = load_llama(args, parallel=args.parallel, decode_thread=True)  # requests run on the pool's threads
-    limits = Limits(args.max_body_bytes, args.max_prediction_tokens, args.max_queue)
-    app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, args.api_key, args.cors_origins)
-    uvicorn.run(app, host=args.host, port=args.port)
+    if args.cache_reuse:
+        try:
+            llm.cache_reuse = args.cache_reuse
+        except ValueError as e:  # as llama-server, which turns it off where the cache cannot shift
+            print(f"plookup serve: --cache-reuse off: {e}", file=sys.stderr)
+    if args.chat_template:
+        llama_cli.use_chat_template(llm, args.chat_template)
+    limits = Limits(args.max_body_bytes, args.max_prediction_tokens, args.max_queue, n_predict=args.n_predict)
+    app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, keys, args.cors_origins)
+    if args.host.endswith(".sock"):
+        uvicorn.run(app, uds=args.host)
+    else:
+        uvicorn.run(app, host=args.host, port=args.port)
     save_memory(args, llm)  # uvicorn returns on a clean shutdown (SIGINT, SIGTERM)
     return 0

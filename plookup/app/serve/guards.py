@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Union
 
 import anyio
 from starlette.exceptions import HTTPException
@@ -48,18 +48,24 @@ class CountRequests:
 
 
 class RequireKey:
-    """Every path but :data:`OPEN_PATHS` needs ``Authorization: Bearer KEY`` (401 otherwise)."""
+    """Every path but :data:`OPEN_PATHS` needs ``Authorization: Bearer KEY``, KEY one of `key` (a
+    key, or several, as llama-server's ``--api-key A,B``); 401 otherwise."""
 
-    def __init__(self, app: ASGIApp, key: str):
-        self.app, self.key = app, key.encode()
+    def __init__(self, app: ASGIApp, key: Union[str, Sequence[str]]):
+        keys = [key] if isinstance(key, str) else list(key)
+        if not keys or not all(keys):
+            raise ValueError("RequireKey needs at least one key, none of them empty")
+        self.app, self.keys = app, [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
         given = dict(scope["headers"]).get(b"authorization", b"")
         scheme, _, token = given.partition(b" ")
-        # Constant time: the comparison must not tell how much of a guessed key was right.
-        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
+        # Constant time, and every key compared: the time must not tell how much of a guessed key
+        # was right, nor which key it was near.
+        matches = [hmac.compare_digest(token.strip(), key) for key in self.keys]
+        if scheme.lower() == b"bearer" and any(matches):
             return await self.app(scope, receive, send)
         error = APIError(401, "a valid API key is required: Authorization: Bearer KEY",
                          code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
