@@ -44,7 +44,7 @@ from .call import (
     within,
 )
 from .context import start_engine
-from ..log import phase
+from ..log import log, phase
 from .load import check_arguments, doctor_settings, layers_placed, load_model, set_up_drafter
 from .logprobs import check_logprobs, with_chat_bytes, with_logprobs
 from .measured import calibrate
@@ -115,8 +115,10 @@ class Llama(Views):
         self._decode_thread = None  # a plookup.engine.decode_thread.DecodeThread, where one helps
         check_arguments(model_path, max_draft, parallel, exactness, kwargs)
         settings, repack = doctor_settings(model_path, exactness, use_extra_bufts, kwargs)
-        with phase(f"loading {os.path.basename(model_path)}", f"({layers_placed(kwargs)})"):
+        servers = kwargs.get("rpc_servers")
+        with phase(f"loading {os.path.basename(model_path)}"):
             load_model(self, model_path, args, kwargs, repack)  # over RPC where kwargs has rpc_servers
+        log.info(layers_placed(llama_cpp.llama_model_n_layer(self._model.model) + 1, kwargs["n_gpu_layers"], servers))
         # llama.cpp may round n_ctx up, but input_ids holds the requested n_ctx: create_completion
         # sizes max_tokens <= 0 by _n_ctx, and a generation it did not cap would lose its text.
         self._n_ctx = min(self._n_ctx, len(self.input_ids))

@@ -13,6 +13,7 @@ import llama_cpp
 from ..draft.index_drafter import check_max_draft
 from ..measure.settings import TILED_ENV, model_params, recommended_settings
 from . import rpc
+from .rpc_check import parse_servers
 
 GGUF_MAGIC = b"GGUF"
 
@@ -56,23 +57,34 @@ def check_gguf(model_path: str) -> None:
         raise ValueError(f"not a GGUF file (bad magic {magic!r}): {model_path}")
 
 
-def layers_placed(kwargs: dict) -> str:
-    """Where a load with these llama_cpp arguments puts the layers, in words."""
-    layers = kwargs.get("n_gpu_layers", 0)
-    if kwargs.get("rpc_servers"):
-        return "layers on the RPC servers" if layers == -1 else f"{layers} layers on the RPC servers"
-    if layers == 0:
-        return "on the CPU" if has_gpu_device() else "on the CPU: this llama.cpp build has no GPU backend"
-    if not has_gpu_device():
-        return "on the CPU: this llama.cpp build has no GPU backend (-ngl has nothing to offload to)"
-    return "every layer on the GPU" if layers < 0 else f"{layers} layers on the GPU, the rest on the CPU"
+def layers_placed(total: int, wanted, servers=None) -> str:
+    """Where a load puts a model of `total` layers (llama.cpp's count: the blocks and the output
+    layer) asked for `wanted` (-ngl's value) on this build, e.g. "layers: 25/25 on the GPU (CUDA0)"."""
+    count = gpu_layers(wanted, bool(servers))
+    placed = total if count < 0 else min(count, total)
+    rest = "" if placed == total else ", the rest on the CPU"
+    if servers:
+        return f"layers: {placed}/{total} on the RPC servers {', '.join(parse_servers(servers))}{rest}"
+    device = gpu_device()
+    if device is None:
+        refused = f" (-ngl {wanted} has nothing to offload to)" if count != 0 else ""
+        return f"layers: on the CPU (this llama.cpp build has no GPU backend){refused}"
+    name = rpc.ggml().ggml_backend_dev_name(device).decode()
+    if placed == 0:
+        return f"layers: on the CPU (-ngl 0; the GPU {name} unused)"
+    return f"layers: {placed}/{total} on the GPU ({name}){rest}"
+
+
+def gpu_device():
+    """llama.cpp's first GPU (or integrated GPU) device, None on a build without one."""
+    llama_cpp.llama_backend_init()  # loads the backends, whose devices ggml then lists
+    return next(filter(None, map(rpc.ggml().ggml_backend_dev_by_type, (GPU_DEVICE, IGPU_DEVICE))), None)
 
 
 def has_gpu_device() -> bool:
     """Whether llama.cpp's build has a GPU (or integrated GPU) device to put layers on.
     ``llama_supports_gpu_offload`` is not it: it also says yes for a build with the RPC backend."""
-    llama_cpp.llama_backend_init()  # loads the backends, whose devices ggml then lists
-    return any(rpc.ggml().ggml_backend_dev_by_type(kind) for kind in (GPU_DEVICE, IGPU_DEVICE))
+    return gpu_device() is not None
 
 
 def check_arguments(model_path: str, max_draft: Optional[int], parallel, exactness, kwargs: dict) -> None:

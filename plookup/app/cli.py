@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from .. import log
 from ..api.rpc_check import RpcError
 from . import corpus_command, doctor, llama_cli, rpc_command
 from .bench import command as bench
@@ -115,6 +116,8 @@ def parse(argv: list[str], environ=os.environ) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(list(sys.argv[1:] if argv is None else argv))
+    if hasattr(args, "quiet"):  # a command that loads a model: a line per start-up phase, unless --quiet
+        log.to_stderr(args.quiet)
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, RpcError) as e:

@@ -4,6 +4,7 @@ they load from them."""
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 from typing import Optional
@@ -67,6 +68,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help="put the model's layers on these llama.cpp RPC servers (`plookup rpc-server` on each "
              "host), as llama.cpp's --rpc; one that cannot be used is an error naming it",
     )
+    parser.add_argument("-q", "--quiet", "--log-disable", dest="quiet", action="store_true",
+                        help="no line per start-up phase on stderr (loading, kernels, measurements: plookup.log)")
     parser.add_argument(
         "--backend-sampling", choices=("on", "off"), nargs="?", const="on",
         help="sample greedy rows inside llama.cpp's graph, reading token ids instead of logits "
@@ -159,28 +162,12 @@ def plain_llama(kwargs: dict, **extra):
 
 
 def layers_line(kwargs: dict) -> str:
-    """Where a load with :func:`model_kwargs` `kwargs` puts the model's layers, in one line, e.g.
-    "layers: 25/25 on the GPU (CUDA0)": llama.cpp's count, the blocks and the output layer, read
-    from the file's header (no load)."""
-    from ..api import rpc
-    from ..api.load import GPU_DEVICE, IGPU_DEVICE, gpu_layers, has_gpu_device
+    """Where a load with :func:`model_kwargs` `kwargs` puts the model's layers, in one line, its
+    layers counted from the file's header (no load)."""
+    from ..api.load import layers_placed
 
-    servers = kwargs.get("rpc_servers")
-    wanted = kwargs.get("n_gpu_layers", AUTO_GPU_LAYERS)
     total = (llama_cli.model_shape(kwargs["model_path"])["block_count"] or 0) + 1
-    count = gpu_layers(wanted, bool(servers))
-    placed = total if count < 0 else min(count, total)
-    rest = "" if placed == total else ", the rest on the CPU"
-    if servers:
-        return f"layers: {placed}/{total} on the RPC servers {', '.join(servers)}{rest}"
-    if not has_gpu_device():
-        refused = f" (-ngl {wanted} has nothing to offload to)" if count != 0 else ""
-        return f"layers: on the CPU (this llama.cpp build has no GPU backend){refused}"
-    device = next(filter(None, map(rpc.ggml().ggml_backend_dev_by_type, (GPU_DEVICE, IGPU_DEVICE))))
-    name = rpc.ggml().ggml_backend_dev_name(device).decode()
-    if placed == 0:
-        return f"layers: on the CPU (-ngl 0; the GPU {name} unused)"
-    return f"layers: {placed}/{total} on the GPU ({name}){rest}"
+    return layers_placed(total, kwargs.get("n_gpu_layers", AUTO_GPU_LAYERS), kwargs.get("rpc_servers"))
 
 
 def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None):
@@ -224,11 +211,31 @@ def open_memory(args: argparse.Namespace, model_path: str) -> Optional[GlobalMem
     return GlobalMemory(args.memory_tokens or DEFAULT_MEMORY_TOKENS)
 
 
-def save_memory(args: argparse.Namespace, llm) -> None:
-    """Keep ``--memory`` for the next run (after a clean exit only: a crash keeps the last file)."""
-    memory = getattr(llm.drafter, "memory", None) if hasattr(llm, "drafter") else None
-    if getattr(args, "memory", None) and memory is not None:
-        memory.save(args.memory, vocabulary_id(llm))
+def save_memory(args: argparse.Namespace, llm, scopes=None) -> None:
+    """Keep ``--memory`` for the next run (after a clean exit only: a crash keeps the last file):
+    the drafter's own memory in PATH, and a server's other scopes' (plookup.index.scopes) each in
+    PATH.SCOPE, owner-readable like it."""
+    memory = getattr(llm.drafter, "own_memory", None) if hasattr(llm, "drafter") else None
+    if not getattr(args, "memory", None) or memory is None:
+        return
+    vocabulary = vocabulary_id(llm)
+    for scope, kept in scopes.items() if scopes is not None else [("", memory)]:
+        kept.save(f"{args.memory}.{scope}" if scope else args.memory, vocabulary)
+
+
+def load_scopes(args: argparse.Namespace, model_path: str, scopes) -> None:
+    """The scopes' memories ``--memory PATH`` kept in PATH.SCOPE files, into `scopes` (a file that
+    cannot be used is reported and left out)."""
+    if not getattr(args, "memory", None) or scopes is None:
+        return
+    for path in glob.glob(glob.escape(args.memory) + ".*"):
+        scope = path[len(args.memory) + 1:]
+        if not scope.isalnum():
+            continue
+        try:
+            scopes.put(scope, GlobalMemory.load(path, model_vocabulary(model_path), args.memory_tokens))
+        except ValueError as e:
+            print(f"plookup: {e}; that scope starts with an empty memory", file=sys.stderr)
 
 
 def model_vocabulary(model_path: str) -> str:

@@ -312,3 +312,28 @@ def test_serve_answers_its_in_flight_request_503_naming_the_lost_server_and_exit
             assert answer["status"] == 503, answer
             assert endpoint in answer["body"]["error"]["message"] and answer["body"]["error"]["code"] == "rpc_server_lost"
             assert serve.wait(timeout=30) == rpc.EXIT_RPC_LOST  # a supervisor restarts it
+
+
+@pytest.mark.budget(90)
+def test_serve_whose_server_is_lost_while_idle_says_so_and_exits_for_a_restart(model_path):
+    import urllib.error
+    import urllib.request
+
+    from conftest import serving
+
+    with rpc_server() as (endpoint, server):
+        with serving("smol", "--rpc", endpoint, "--threads", "1", "--no-memory") as (url, serve):
+            os.kill(server.pid, signal.SIGKILL)
+            health = None
+            deadline = time.monotonic() + 10
+            while health is None and time.monotonic() < deadline:
+                try:
+                    urllib.request.urlopen(f"{url}/health", timeout=5)
+                    time.sleep(0.1)
+                except urllib.error.HTTPError as e:
+                    health = (e.code, json.load(e))
+                except OSError:  # the watch already shut it down
+                    break
+            if health is not None:
+                assert health[0] == 503 and endpoint in health[1]["error"]["message"], health
+            assert serve.wait(timeout=30) == rpc.EXIT_RPC_LOST

@@ -294,7 +294,8 @@ def test_serve_keeps_a_bounded_memory_unless_told_not_to(tmp_path):
     assert memory("--no-memory") is None and memory("--drafter", "ngram") is None
     with pytest.raises(ValueError, match="--no-memory turns the memory off"):
         memory("--no-memory", "--memory", str(tmp_path / "m.npz"))
-    assert build_parser().parse_args(["serve"]).cors_origins == ()
+    assert build_parser().parse_args(["serve"]).cors_origins == ("*",)  # llama-server's default
+    assert build_parser().parse_args(["serve", "--cors-origins", "none"]).cors_origins == ()
     given = build_parser().parse_args(["serve", "--cors-origins", f"{ORIGIN}/, http://127.0.0.1:3000"])
     assert given.cors_origins == (ORIGIN, "http://127.0.0.1:3000")
     # plookup generate keeps none unless --memory PATH, as before.

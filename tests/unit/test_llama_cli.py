@@ -94,7 +94,8 @@ def test_the_defaults_are_llama_servers_where_plookup_has_none_of_its_own():
     assert args.port == 8080 and args.host == "127.0.0.1"  # llama-server's
     assert args.n_gpu_layers == "auto" and args.n_predict == -1 and args.cache_reuse == 0
     assert args.n_ctx == 4096 and args.parallel == 1 and args.max_draft == 64  # plookup's own
-    assert args.flash_attn is None and args.n_batch is None and args.n_ubatch is None and args.llama_notes is None
+    assert args.n_batch == 2048  # llama-server's -b, which also sizes its FIM prompts
+    assert args.flash_attn is None and args.n_ubatch is None and args.llama_notes is None
 
 
 def test_what_has_no_effect_here_is_said_once_read():
@@ -111,7 +112,8 @@ def test_the_model_options_reach_llama_cpp(monkeypatch):
         n_ctx=512, n_threads=2, n_threads_batch=3, n_gpu_layers=7, n_batch=256, n_ubatch=128, flash_attn=True,
         type_k=8, type_v=8, use_mlock=True, use_mmap=False, verbose=False)
     plain = model_kwargs(serve("-m", "smollm2"))
-    assert "flash_attn" not in plain and "n_batch" not in plain and "use_mlock" not in plain  # llama_cpp's own
+    assert "flash_attn" not in plain and "use_mlock" not in plain  # llama_cpp's own
+    assert plain["n_batch"] == 2048  # serve's, llama-server's
     assert "flash_attn" not in model_kwargs(serve("-m", "smollm2", "-fa", "auto"))  # the doctor's choice, else off
 
 

@@ -40,7 +40,7 @@ from ...verify.grammar import check_grammar
 from .controls import LlamaOptions, Shape, merge_completions
 from .errors import APIError, error_event, install_error_handlers, model_error
 from .guards import CountRequests, LimitBody, ModelGate, RequireKey
-from .limits import Limits
+from .limits import ANY_ORIGIN, Limits
 from .lost import Lost
 from .llama_routes import LLAMA_ROUTES, add_llama_routes
 from .metrics import CONTENT_TYPE, Metrics
@@ -328,8 +328,6 @@ class Service:
         return ClosingEventSource(events(), close, sep="\n")
 
 
-# llama-server's default --cors-origins: a page from any origin may call it, with credentials
-ANY_ORIGIN = ("*",)
 LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 
 
@@ -348,6 +346,8 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
         yield
 
     app = FastAPI(title="plookup", lifespan=lifespan)
+    app.state.memories = service.memories  # the serve command keeps them (--memory)
+    app.state.model_name = model_name
     install_error_handlers(app)
     app.add_middleware(LimitBody, max_bytes=limits.max_body_bytes)  # added last runs first:
     if api_key:

@@ -7,10 +7,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+import time
 
 from .. import llama_cli
-from ..options import add_drafter_option, add_model_options, load_llama, save_memory
-from .limits import Limits
+from ... import log
+from ...api.fim import LLAMA_SERVER_N_BATCH
+from ...api.rpc import EXIT_RPC_LOST
+from ...api.rpc_lost import lost_servers
+from ..options import add_drafter_option, add_model_options, load_llama, load_scopes, save_memory
+from .limits import ANY_ORIGIN, Limits
 
 API_KEY_ENV = "PLOOKUP_API_KEY"
 DEFAULT_PORT = 8080  # llama-server's, which editors' and clients' READMEs assume
@@ -43,9 +49,10 @@ def register(commands) -> None:
                        help=argparse.SUPPRESS)
     serve.add_argument("--env-api-key-file", dest="env_api_key", action=llama_cli.Keys, type=llama_cli.api_key_file,
                        help=argparse.SUPPRESS)
-    serve.add_argument("--cors-origins", metavar="ORIGIN[,ORIGIN]", type=origins, default=(),
-                       help="let browser pages from these origins call the server, e.g. http://localhost:5173 "
-                            "(* for any; default: none, same-origin only)")
+    serve.add_argument("--cors-origins", metavar="ORIGIN[,ORIGIN]", type=origins, default=ANY_ORIGIN,
+                       help="browser pages from these origins may call the server, e.g. http://localhost:5173, "
+                            "localhost (this machine's pages), none (same-origin only) (default *: any, as "
+                            "llama-server)")
     serve.add_argument("--max-body-bytes", type=int, default=limits.max_body_bytes,
                        help=f"largest request body, else 413 (default {limits.max_body_bytes})")
     serve.add_argument("--max-prediction-tokens", type=int, default=limits.max_prediction_tokens,
@@ -57,11 +64,15 @@ def register(commands) -> None:
     serve.add_argument("--max-queue", type=int, default=limits.max_queue,
                        help=f"requests waiting for the model, else 429 (default {limits.max_queue})")
     llama_cli.add_server_flags(serve)
-    serve.set_defaults(func=cmd_serve)
+    # llama-server's default batch, which also sizes its FIM prompts (plookup.api.fim)
+    serve.set_defaults(func=cmd_serve, n_batch=LLAMA_SERVER_N_BATCH)
 
 
 def origins(text: str) -> tuple[str, ...]:
-    """--cors-origins: a comma-separated list of origins (scheme://host[:port])."""
+    """--cors-origins: a comma-separated list of origins (scheme://host[:port]), "*", "localhost",
+    or "none"."""
+    if text.strip() == "none":
+        return ()
     found = tuple(origin.strip().rstrip("/") for origin in text.split(",") if origin.strip())
     if not found:
         raise argparse.ArgumentTypeError("give at least one origin, e.g. http://localhost:5173")
@@ -80,6 +91,7 @@ def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn  # here, so that the other subcommands do not load the web stack
 
+    started = time.monotonic()
     from .app import create_app
 
     for name in ("max_body_bytes", "max_prediction_tokens"):
@@ -104,9 +116,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
         llama_cli.use_chat_template(llm, args.chat_template)
     limits = Limits(args.max_body_bytes, args.max_prediction_tokens, args.max_queue, n_predict=args.n_predict)
     app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, keys, args.cors_origins)
-    if args.host.endswith(".sock"):
-        uvicorn.run(app, uds=args.host)
-    else:
-        uvicorn.run(app, host=args.host, port=args.port)
-    save_memory(args, llm)  # uvicorn returns on a clean shutdown (SIGINT, SIGTERM)
+    load_scopes(args, llm.model_path, app.state.memories)
+    place = dict(uds=args.host) if args.host.endswith(".sock") else dict(host=args.host, port=args.port)
+    server = uvicorn.Server(uvicorn.Config(app, **place))
+    lost = watch_rpc(llm, server)
+    where = args.host if "uds" in place else f"http://{args.host}:{args.port}"
+    log.log.info("ready: serving %s at %s (%.1f s since the start)", app.state.model_name, where, time.monotonic() - started)
+    server.run()  # returns on a clean shutdown (SIGINT, SIGTERM), or once an RPC server is lost
+    if lost.is_set():
+        return EXIT_RPC_LOST  # for a supervisor to restart it; nothing kept (the model cannot be freed)
+    save_memory(args, llm, app.state.memories)
     return 0
+
+
+def watch_rpc(llm, server, every_s: float = 2.0) -> threading.Event:
+    """Set once one of the model's RPC servers is lost while the server idles (mid-generation ggml's
+    client exits the process itself, plookup.api.rpc): the server then shuts down, /health saying
+    why meanwhile (plookup.app.serve.lost)."""
+    lost = threading.Event()
+    endpoints = getattr(getattr(llm, "rpc_devices", None), "endpoints", None)
+    if not endpoints:
+        return lost
+
+    def watch():
+        while not server.should_exit:
+            gone = lost_servers(endpoints)
+            if gone:
+                print(f"plookup serve: lost the RPC server {', '.join(gone)}; exiting with status {EXIT_RPC_LOST} "
+                      f"for a restart", file=sys.stderr, flush=True)
+                lost.set()
+                server.should_exit = True
+                return
+            time.sleep(every_s)
+
+    threading.Thread(target=watch, name="plookup-rpc-watch", daemon=True).start()
+    return lost

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# llama-server's default --cors-origins: a page from any origin may call it, with credentials
+ANY_ORIGIN = ("*",)
+
 
 @dataclass(frozen=True)
 class Limits:
