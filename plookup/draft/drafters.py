@@ -170,3 +170,10 @@ def make_drafter(
     if cost_curve is not None:
         drafter.use_cost_curve(cost_curve)
     return drafter
+
+
+def compile_kernels() -> None:
+    """Every drafter's numba kernels compiled into numba's cache (``make install`` calls it), the
+    memory's too: a model's first start then only loads them."""
+    for name in DRAFTERS:
+        make_drafter(name, memory=GlobalMemory(8) if name == "suffix" else None).warm_up()
