@@ -154,6 +154,9 @@ def add_editor_options(bench) -> None:
                        help="with --editor instruct: functions edited (default 3)")
     bench.add_argument("--instruct-turns", type=int, default=3, metavar="K",
                        help="with --editor instruct: instructions a session sends, each on the last answer (default 3)")
+    bench.add_argument("--session-requests", type=int, metavar="N",
+                       help="with --editor session (a user typing functions with llama.vim, its requests replayed on "
+                            "each system; see plookup.app.bench.typing): requests the session sends (default 84)")
     bench.add_argument("--editor-systems", metavar="LIST",
                        help="with --editor: only these systems, of: llama-server, llama-server ngram-mod, plookup, "
                             "plookup plain, plookup --no-memory (e.g. to run them in turns, then --editor-report)")
@@ -282,13 +285,22 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
 
 def cmd_editor(args: argparse.Namespace) -> int:
     from .editor import cmd_editor as run
+    from .typing import plot_session, print_session, run_session_workload
 
     for name in ("fim_cases", "fim_chunks", "instruct_sessions", "instruct_turns"):
         if getattr(args, name) < (0 if name == "fim_chunks" else 1):
             raise ValueError(f"--{name.replace('_', '-')}: too small")
     kwargs = model_kwargs(args)
     note(layers_line(kwargs))
-    record = run(args, kwargs, note, find_server(args), machine())
+    server = find_server(args)
+    record = run(args, kwargs, note, server, machine(),
+                 run_session=lambda wanted: run_session_workload(args, kwargs, note, server, wanted))
+    if record.get("session"):
+        print_session(record["session"])
+        if args.plot and record["session"].get("runs"):
+            os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+            plot_session(args.plot, record["session"])
+            note(f"wrote {args.plot}")
     if args.json:
         write_json(args.json, record)
     return 0
@@ -296,6 +308,7 @@ def cmd_editor(args: argparse.Namespace) -> int:
 
 def cmd_editor_report(args: argparse.Namespace) -> int:
     from .editor import merge, print_tables
+    from .typing import print_session
 
     records = []
     for path in args.editor_report:
@@ -303,6 +316,8 @@ def cmd_editor_report(args: argparse.Namespace) -> int:
             records.append(json.load(f))
     record = merge(records)
     print_tables(record)
+    if record.get("session"):
+        print_session(record["session"])
     if args.json:
         write_json(args.json, record)
     return 0

@@ -22,6 +22,10 @@ so that every system's text can be compared with plain decoding's.
   before the next instruction, on ``/v1/chat/completions``. Decode tokens/s of iterations
   2..k, where the earlier answer is there to copy, and of the first.
 
+- **session**: a user typing functions into release files with llama.vim, its requests (first
+  FIM requests, speculative ones, the ring's warm-ups) replayed in order on each system, started
+  with llama.vim's recommended server flags: see :mod:`.typing`.
+
 Systems: llama-server without drafting and with ``--spec-type ngram-mod``; ``plookup serve``
 drafting (its cross-request memory on, the default), ``plookup serve --no-memory`` (instruct),
 and plookup plain: the same server, each request with ``speculative: {"n_max": 0}``.
@@ -88,7 +92,7 @@ PLAIN_OF = {"llama-server ngram-mod": "llama-server", "plookup": "plookup plain"
             "llama-server": "plookup plain"}
 FIM_SYSTEMS = ("llama-server", "llama-server ngram-mod", "plookup plain", "plookup")
 INSTRUCT_SYSTEMS = ("llama-server", "llama-server ngram-mod", "plookup plain", "plookup --no-memory", "plookup")
-WORKLOADS = ("fim", "instruct")
+WORKLOADS = ("fim", "instruct", "session")
 
 
 # -- the cases
@@ -487,6 +491,7 @@ class EditorRecord:
     instruct_sessions: list = field(default_factory=list)
     fim: dict = field(default_factory=dict)  # system -> records
     instruct: dict = field(default_factory=dict)
+    session: dict = field(default_factory=dict)  # the typing session: its plan, requests, each system's answers (.typing)
 
 
 def merge(records: Sequence[dict]) -> dict:
@@ -496,6 +501,13 @@ def merge(records: Sequence[dict]) -> dict:
         merged[key] = {}
         for record in records:
             merged[key].update(record.get(key) or {})
+    # a session's answers only where the requests were the same (the same driver's script)
+    sessions = [r["session"] for r in records if r.get("session")]
+    if sessions:
+        first = sessions[0]
+        same = [s for s in sessions if [e["body_sha256"] for e in s["script"]] == [e["body_sha256"] for e in first["script"]]]
+        merged["session"] = dict(first, runs={k: v for s in same for k, v in s["runs"].items()},
+                                 walls={k: v for s in same for k, v in s.get("walls", {}).items()})
     return merged
 
 
@@ -516,8 +528,11 @@ def parse_list(text: str, known: Sequence[str], option: str) -> list[str]:
     return found
 
 
-def cmd_editor(args, kwargs: dict, note, server_binary: Optional[str], machine: dict) -> dict:
-    """Run the chosen workloads and systems; print the tables; return the record."""
+def cmd_editor(args, kwargs: dict, note, server_binary: Optional[str], machine: dict,
+               run_session: Optional[Callable[[Optional[list]], dict]] = None) -> dict:
+    """Run the chosen workloads and systems; print the tables of fim and instruct; return the
+    record. The typing session (:mod:`.typing`, which builds on this module) is run by
+    `run_session`, handed the systems wanted, and printed by the caller."""
     workloads = parse_list(args.editor, WORKLOADS, "--editor")
     wanted = parse_list(args.editor_systems, list(SYSTEMS), "--editor-systems") if args.editor_systems else None
     record = EditorRecord(" ".join(["plookup", *sys.argv[1:]]), machine, kwargs["model_path"], kwargs["n_threads"],
@@ -538,6 +553,9 @@ def cmd_editor(args, kwargs: dict, note, server_binary: Optional[str], machine: 
         record.instruct_sessions = [asdict(s) for s in sessions]
         for system in [s for s in INSTRUCT_SYSTEMS if wanted is None or s in wanted]:
             record.instruct[system] = run_instruct(system, sessions, start, note)
+    if "session" in workloads:
+        record.session = run_session(wanted)
     result = asdict(record)
     print_tables(result)
     return result
+
