@@ -1,5 +1,10 @@
 """The context plookup decodes in: llama_cpp's replaced by one with a sequence per slot (and one
-per draft branch), its decodes on a thread of their own where that helps, and the engine over it.
+per draft branch), its decodes on a thread of their own where that helps, and the engine over it,
+handed a :class:`~plookup.engine.ContextHandle` on it and slot 0's cells (:class:`ModelCells`).
+
+Here, in the API, plookup reads llama_cpp.Llama's own private members (its context, batch, model,
+``_n_ctx``, ``_requires_eval``): the engine and the app get what they need from them through the
+handle, the cells and :class:`plookup.Llama`'s public methods.
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ import ctypes
 import llama_cpp
 import llama_cpp._internals as internals
 
-from ..engine import Engine
+from ..engine import ContextHandle, Engine
 from ..engine.decode_thread import DecodeThread, teams_per_thread
+from ..engine.slot import attribute_of
 
 
 def start_engine(llm, parallel: int, decode_thread) -> bool:
@@ -31,9 +37,44 @@ def start_engine(llm, parallel: int, decode_thread) -> bool:
     # sequences for a second branch.
     streams = parallel > 1
     recreate_context(llm, parallel, streams=streams)
-    llm._engine = Engine(llm, parallel, branch_sequences=not streams, streams=streams)
+    llm._engine = Engine(context_handle(llm), ModelCells(llm), llm, parallel, branch_sequences=not streams,
+                         streams=streams)
     llm._stack.callback(llm._engine.chains.detach)  # (runs before the context is freed)
     return streams
+
+
+def context_handle(llm: llama_cpp.Llama) -> ContextHandle:
+    """The engine's handle on `llm`'s context (as it is now: after :func:`recreate_context`)."""
+    return ContextHandle(llm._ctx, llm._batch, llm._model.vocab, llm._n_ctx, llm.n_batch, llm._n_vocab)
+
+
+class ModelCells:
+    """Slot 0's tokens and count: the model's own ``input_ids`` / ``n_tokens`` (read through the
+    model each time: ``load_state`` replaces the array), so that llama_cpp's methods on the model
+    (``eval``, ``reset``, ``save_state``) keep reading sequence 0 as the engine leaves it."""
+
+    def __init__(self, llm: llama_cpp.Llama):
+        self.llm = llm
+
+    tokens = attribute_of("llm", "input_ids")
+    n = attribute_of("llm", "n_tokens")
+
+    def logits_gone(self) -> None:
+        logits_stale(self.llm)
+
+
+def logits_stale(llm: llama_cpp.Llama) -> None:
+    """Tell llama_cpp's own ``generate`` that the context's newest logits are not the last row of
+    the tokens it has cached (another sequence's, a verify batch's), so that a prompt it finds
+    cached whole is decoded again before it samples. llama_cpp keeps that in a private flag,
+    ``_requires_eval``, with no public way to set it but ``reset`` (which forgets the cache too):
+    this is plookup's one place outside :mod:`plookup.measure` that writes it."""
+    llm._requires_eval = True
+
+
+def is_eog(llm: llama_cpp.Llama, token: int) -> bool:
+    """Whether `token` ends a generation in `llm`'s vocabulary (any llama_cpp.Llama, by its public API)."""
+    return bool(llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(llm.model), token))
 
 
 def recreate_context(llm, parallel: int, streams: bool = False) -> None:

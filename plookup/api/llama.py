@@ -12,7 +12,8 @@ threads in the same steps (:meth:`Llama.create_completions` runs a list of promp
 
 This module is the adapter; each call's state is :mod:`.call`'s, the load's steps are
 :mod:`.load`'s, :mod:`.context`'s and :mod:`.measured`'s, how tokens are chosen :mod:`.sampling`'s,
-and what llama_cpp's own code reads while a call runs :mod:`.views`'.
+what llama_cpp's own code reads while a call runs :mod:`.views`', and what the app reads of the model
+and its engine :mod:`.readings`'.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from .measured import calibrate
 from .prediction import prediction_usage
 from .sampling import engine_sampler, plain_tokens, seeded_where_drafts_show
 from .stats import SpecStats
+from .readings import Readings
 from .views import Views
 
 __all__ = ["Call", "Llama", "Stream"]
@@ -58,7 +60,7 @@ __all__ = ["Call", "Llama", "Stream"]
 COMPLETION = inspect.signature(llama_cpp.Llama.create_completion)
 
 
-class Llama(Views):
+class Llama(Readings, Views):
     """A drop-in ``llama_cpp.Llama`` that drafts from its own context and verifies in one batch.
 
     plookup's arguments (the README's "Usage" tells each in full):

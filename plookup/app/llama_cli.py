@@ -189,7 +189,7 @@ def use_chat_template(llm, template: tuple[str, str]) -> None:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     eos, bos = llm.token_eos(), llm.token_bos()
-    text = llm._model.token_get_text
+    text = llm.token_text
     llm.chat_handler = Jinja2ChatFormatter(template=value, eos_token=text(eos) if eos != -1 else "",
                                            bos_token=text(bos) if bos != -1 else "",
                                            stop_token_ids=[eos]).to_chat_handler()

@@ -9,7 +9,7 @@ themselves (who holds the context, who waits) are :mod:`.turns`'.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..verify.backend import BackendGreedy
 from .reuse import apply_moves, shift_plan
@@ -18,8 +18,18 @@ from .turns import Turns
 
 
 class Admission(Turns):
-    """The engine's admission and release (a part of :class:`plookup.engine.Engine`, which holds
-    ``llm``, ``slots``, ``chains``, ``_step`` and ``_roll_back``)."""
+    """The engine's admission and release over its `slots`, on `context` (a
+    :class:`~plookup.engine.handle.ContextHandle`: roll-backs, the cells a prefix shift moves).
+    `chains`: the backend greedy chains attached to the slots' sequences; `model`: the model's
+    drafting side, read at each admission (its ``drafter``, which the slots' drafters are spawned
+    from); `step()`: one step of the engine, made by a consumer waiting for tokens."""
+
+    def __init__(self, context, slots: list[Slot], chains, model, step: Callable[[], None]):
+        super().__init__()  # the context's lock and queues
+        self.context, self.slots, self.chains, self.model, self.step = context, slots, chains, model, step
+        # llama-server's --cache-reuse: the shortest cached chunk shifted into place for a request
+        # that does not say (0: the common prefix only); where the memory can shift at all.
+        self.cache_reuse = 0
 
     def active(self) -> int:
         return sum(slot.generation is not None for slot in self.slots)
@@ -67,7 +77,7 @@ class Admission(Turns):
         """Slot 0 drafts with the model's drafter, and every other slot with one it spawned from it
         and keeps, index included, between requests like slot 0 (a follow-up request indexes only
         its new tokens), spawned again only once the model's drafter or its settings changed."""
-        model = self.llm.drafter
+        model = self.model.drafter
         if slot.index == 0:
             return model
         # (a tuple compares the objects by identity, the numbers by value)
@@ -81,18 +91,18 @@ class Admission(Turns):
         cached = slot.shared_prefix(prompt)
         min_chunk = self.cache_reuse if gen.call.cache_reuse is None else gen.call.cache_reuse
         if min_chunk > 0 and cached < len(prompt):  # cached chunks further on, shifted into place
-            if not self.can_shift:
+            if not self.context.can_shift:
                 raise ValueError(f"cache reuse (n_cache_reuse={min_chunk}) needs a memory that can shift its "
                                  f"cells, which this model's cannot: send n_cache_reuse 0")
             moves = shift_plan(slot.tokens[: slot.n].tolist(), prompt, cached, min_chunk)
             if moves:
-                cached = apply_moves(self.memory, slot.seq, slot.tokens, moves)
+                cached = apply_moves(self.context, slot.seq, slot.tokens, moves)
                 gen.call.stats.shifted_tokens = sum(move.length for move in moves)
         # A whole cached prompt decodes its last token again: its logits are gone.
         reuse = cached - 1 if cached == len(prompt) else cached
-        if not (reuse > 0 and self._roll_back(slot.seq, reuse)):
+        if not (reuse > 0 and self.context.roll_back(slot.seq, reuse)):
             reuse = 0
-            if not self._roll_back(slot.seq, 0):
+            if not self.context.roll_back(slot.seq, 0):
                 raise RuntimeError(f"llama.cpp could not clear sequence {slot.seq} of the cache")
         slot.n = reuse
         gen.call.stats.prefill_tokens = len(prompt) - reuse
@@ -124,13 +134,12 @@ class Admission(Turns):
                 continue
             try:
                 keep = min(len(gen.prompt) + gen.taken, slot.n)
-                if not self._roll_back(slot.seq, keep):  # unconditional: a failed decode may leave cells
-                    self._roll_back(slot.seq, 0)
+                if not self.context.roll_back(slot.seq, keep):  # unconditional: a failed decode may leave cells
+                    self.context.roll_back(slot.seq, 0)
                     keep = 0
                 slot.n = keep
-                self._roll_back(slot.branch_seq, 0)
-                if slot.index == 0:
-                    self.llm._requires_eval = True  # the context's logits belong to a verify batch
+                self.context.roll_back(slot.branch_seq, 0)
+                slot.cells.logits_gone()  # the context's logits belong to a verify batch (slot 0: the model's)
                 gen.drafter.finish()  # e.g. remember this request in a cross-request memory
             finally:
                 if gen.shared and gen.call.stats.exact:
@@ -143,11 +152,11 @@ class Admission(Turns):
 
         def drop():
             for slot in self.slots:
-                if slot.generation is None and self._roll_back(slot.seq, 0):
+                if slot.generation is None and self.context.roll_back(slot.seq, 0):
                     slot.n = 0
 
         self._wait_for(drop)
-        policy = getattr(self.llm.drafter, "policy", None)
+        policy = getattr(self.model.drafter, "policy", None)
         if policy is not None:
             policy.past.clear()
 
@@ -168,7 +177,7 @@ class Admission(Turns):
         and the other slots' cells emptied."""
         self.chains.detach()  # llama_cpp's loop reads sequence 0's logits
         for slot in self.slots[1:]:
-            self._roll_back(slot.seq, 0)
+            self.context.roll_back(slot.seq, 0)
             slot.n = 0
 
     # -- consuming
@@ -180,7 +189,7 @@ class Admission(Turns):
         try:
             while True:
                 if not gen.out:
-                    self._wait(lambda: bool(gen.out) or gen.done, self._step)
+                    self._wait(lambda: bool(gen.out) or gen.done, self.step)
                     if not gen.out:
                         if gen.error is not None:
                             raise gen.error

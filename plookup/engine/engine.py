@@ -1,9 +1,12 @@
 """The engine: one llama_context, N slots, one ``llama_decode`` per step for every generation.
 
-Its parts, one job each: whose turn it is on the context (:mod:`.turns`), requests onto slots and
-back (:mod:`.admission`), the step that advances them all (:mod:`.step`), each generation's verdict
-on its rows (:mod:`.verdicts`); here, what they share: the slots, the context's memory and the one
-roll-back of a sequence (:meth:`Engine._roll_back`).
+It is composed of parts, one job each, that it owns and wires together, each testable alone
+(tests/unit/test_engine_parts.py): the context handle, the one place that calls llama.cpp
+(:class:`~.handle.ContextHandle`, its ``roll_back`` the one roll-back of a sequence); requests onto
+slots and back, taking turns on the context (:class:`~.admission.Admission` over
+:class:`~.turns.Turns`); the step that advances them all (:class:`~.step.Step`); each generation's
+verdict on its rows (:class:`~.verdicts.Verdicts`). Here: the slots they share, what only the whole
+engine can do (:meth:`Engine.evaluate_afresh`), and the engine's surface for ``plookup.Llama``.
 
 Exactness: a generation that never shared a step or the cache with another sequence is decoded
 as a lone stream is. One that did is claimed exact only where ``shared_exact`` says the layout
@@ -15,87 +18,88 @@ unified cache its cells interleave with the others' and its rows round different
 from __future__ import annotations
 
 import warnings
-from typing import Optional
-
-import llama_cpp
+from typing import ContextManager, Iterator
 
 from ..verify.accept import accept
-from ..verify.backend import Chains
-from ..verify.rows import decode_chunks
 from .admission import Admission
-from .slot import Generation, Slot
+from .handle import ContextHandle
+from .slot import Cells, Generation, Slot, attribute_of
 from .step import Step, StepRecord
-from .turns import Turns
-from .verdicts import Verdicts
+from .verdicts import Verdicts, fail
 
 __all__ = ["Engine", "StepRecord"]
 
 
-class Engine(Admission, Step, Verdicts):
+class Engine:
     """The slots of one ``plookup.Llama`` and the step that advances them all."""
 
-    def __init__(self, llm, n_slots: int, branch_sequences: bool = True, shared_exact: bool = False,
-                 streams: bool = False):
-        """`branch_sequences`: the context has a second sequence per slot for a draft's branch
-        (without, drafts must carry none). `shared_exact`: a slot's rows beside other slots' are
-        bitwise its lone decode here (measured: :func:`plookup.measure.exactness.probe_slots`).
-        `streams`: each slot's sequence has a KV stream of its own (see :mod:`plookup.draft.sizing`)."""
-        Turns.__init__(self)  # the context's lock and queues
-        self.llm = llm
-        size = len(llm.input_ids)
+    def __init__(self, context: ContextHandle, cells, model, n_slots: int, branch_sequences: bool = True,
+                 shared_exact: bool = False, streams: bool = False):
+        """`context`: the handle on the llama_context. `cells`: slot 0's tokens and count (the
+        model's own, :class:`plookup.api.context.ModelCells`; the other slots own theirs, as long).
+        `model`: the model's drafting side, ``drafter`` and ``can_roll_back``: a reference, not a
+        copy, since both change under the engine (a user may set another drafter, and the engine
+        turns ``can_roll_back`` off where the memory refuses a roll-back, which the model's own
+        ``generate`` reads too). `branch_sequences`: the context has a second sequence per slot for
+        a draft's branch (without, drafts must carry none). `shared_exact`: a slot's rows beside
+        other slots' are bitwise its lone decode here (measured:
+        :func:`plookup.measure.exactness.probe_slots`). `streams`: each slot's sequence has a KV
+        stream of its own (see :mod:`plookup.draft.sizing`)."""
+        self.context, self.model = context, model
+        size = len(cells.tokens)
         # Slot i decodes on sequence i and verifies a draft's second branch on sequence n_slots + i.
         branch = (lambda i: n_slots + i) if branch_sequences else (lambda i: -1)
-        self.slots = [Slot(0, 0, branch(0), model=llm)]
-        self.slots += [Slot(i, i, branch(i), size=size) for i in range(1, n_slots)]
-        self.shared_exact = shared_exact
-        self.streams = streams  # which step cost sizes several slots' drafts (plookup.draft.sizing)
-        self.accept = accept  # the acceptance rule (a pure function, plookup.verify.accept)
-        self.steps = 0  # decodes made, and their rows: what /metrics reports
-        self.rows = 0
-        self.trace: Optional[list[StepRecord]] = None  # a list: every step appends its record
+        self.slots = [Slot(0, 0, branch(0), cells)]
+        self.slots += [Slot(i, i, branch(i), Cells(size)) for i in range(1, n_slots)]
         # Backend greedy chains on the slots whose latest generation sampled with them (attaching
         # or detaching costs a graph reserve: see plookup.verify.backend).
-        self.chains = Chains(llm._ctx)
-        # llama-server's --cache-reuse: the shortest cached chunk shifted into place for a request
-        # that does not say (0: the common prefix only); where the memory can shift at all.
-        self.cache_reuse = 0
-        self.can_shift = bool(llama_cpp.llama_memory_can_shift(self.memory))
+        self.chains = context.backend_chains()
+        self.can_shift = context.can_shift
+        self.verdicts = Verdicts(context, accept, self.evaluate_afresh)
+        self.step = Step(context, self.slots, self.verdicts, model, streams, shared_exact)
+        self.admission = Admission(context, self.slots, self.chains, model, self.step.run)
+
+    # -- what plookup.Llama calls, each the admission's (see there)
+
+    def admit(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
+        return self.admission.admit(prompt, call, sampler, randomly, stopping_criteria)
+
+    def tokens(self, gen: Generation) -> Iterator[int]:
+        return self.admission.tokens(gen)
+
+    def exclusive(self) -> ContextManager[None]:
+        return self.admission.exclusive()
+
+    def forget(self) -> None:
+        self.admission.forget()
+
+    def active(self) -> int:
+        return self.admission.active()
+
+    accept = attribute_of("verdicts", "accept", "The acceptance rule (a pure function, plookup.verify.accept).")
+    trace = attribute_of("step", "trace", "None, or a list every step appends its StepRecord to.")
+    steps = attribute_of("step", "steps", "Decodes made (what /metrics reports).")
+    rows = attribute_of("step", "rows", "... and their rows.")
+    shared_exact = attribute_of("step", "shared_exact", "A slot's rows beside other slots' are its lone decode here.")
+    cache_reuse = attribute_of("admission", "cache_reuse", "llama-server's --cache-reuse where a request does not say.")
 
     @property
     def memory(self):
-        return self.llm._ctx.memory
+        return self.context.memory
 
-    def _room(self, slot: Slot) -> int:
-        """Draft tokens that fit behind the slot's pending token so that prompt + output stays
-        <= n_ctx, as llama_cpp caps it (the token sampled last is never evaluated); < 0: full."""
-        return self.llm._n_ctx - slot.n - 2
-
-    # -- dropping cells
-
-    def _roll_back(self, seq: int, n: int) -> bool:
-        """Roll sequence `seq` back to its first `n` cells: drop its cells from position n on (no
-        sequence: nothing to drop). False where the memory refused."""
-        return seq < 0 or bool(self.llm._ctx.kv_cache_seq_rm(seq, n, -1))
-
-    def _fail(self, gen: Generation, error: BaseException) -> None:
-        """End one generation with `error`; its cells go back to what it had before the step."""
-        self._roll_back(gen.slot.seq, gen.slot.n)
-        self._roll_back(gen.slot.branch_seq, 0)
-        gen.error, gen.done = error, True
-
-    def _evaluate_afresh(self, slot: Slot, n: int) -> None:
+    def evaluate_afresh(self, slot: Slot, n: int) -> None:
         """The memory refused to drop rejected draft tokens: never go on with them in it. Warn,
         stop drafting on this model, and rebuild the sequence from its verified tokens[:n]."""
         warnings.warn("plookup: llama.cpp could not remove rejected draft tokens from the cache; "
                       "re-evaluating the verified tokens and decoding this model plainly from now on")
-        self.llm.can_roll_back = False
+        self.model.can_roll_back = False
         tokens = slot.tokens[:n].tolist()
-        if not self._roll_back(slot.seq, 0):
-            self.llm._ctx.kv_cache_clear()  # llama_memory_clear: every kind of memory can do that
+        if not self.context.roll_back(slot.seq, 0):
+            self.context.clear()
             for other in self.slots:
                 other.n = 0
                 if other.generation is not None and other is not slot:
-                    self._fail(other.generation, RuntimeError("the cache was cleared under this generation"))
+                    fail(self.context, other.generation, RuntimeError("the cache was cleared under this generation"))
         slot.n = 0
-        decode_chunks(self.llm, tokens, slot.seq, self.llm.n_batch)
+        self.context.prefill(tokens, slot.seq)
         slot.n = len(tokens)

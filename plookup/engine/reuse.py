@@ -4,18 +4,18 @@ An editor's requests repeat most of the previous prompt, but not as a prefix: a 
 window that moved, shifts everything after it. After the longest common prefix, llama-server walks
 the cached tokens and the new prompt together: where at least N cached tokens match the prompt
 from its head on, their cells move to the prompt's positions (``llama_memory_seq_rm`` of the cells
-between, ``llama_memory_seq_add`` of the chunk's positions) instead of being evaluated again;
-elsewhere the cached head steps on by one. llama.cpp re-rotates a shifted chunk's keys (RoPE) at
-the next decode: they are not what a fresh prefill computes, only close (its attention saw other
-tokens before it), so a reused chunk can change the text where a fresh prefill would not; usage
-says how many tokens were shifted (``stats.shifted_tokens``).
+between, ``llama_memory_seq_add`` of the chunk's positions: the context handle's ``remove`` and
+``shift``) instead of being evaluated again; elsewhere the cached head steps on by one. llama.cpp
+re-rotates a shifted chunk's keys (RoPE) at the next decode: they are not what a fresh prefill
+computes, only close (its attention saw other tokens before it), so a reused chunk can change the
+text where a fresh prefill would not; usage says how many tokens were shifted
+(``stats.shifted_tokens``).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-import llama_cpp
 import numpy as np
 
 
@@ -43,13 +43,14 @@ def shift_plan(cached: Sequence[int], prompt: Sequence[int], start: int, min_chu
     return moves
 
 
-def apply_moves(memory, seq: int, tokens: np.ndarray, moves: list[Move]) -> int:
+def apply_moves(context, seq: int, tokens: np.ndarray, moves: list[Move]) -> int:
     """Move the chunks' cells of sequence `seq` (and their tokens in `tokens`, the slot's) into
-    place, in order; returns the positions now held from the start (the prefix and the chunks)."""
+    place, in order, on `context` (a :class:`~plookup.engine.handle.ContextHandle`: its ``remove``
+    and ``shift``); returns the positions now held from the start (the prefix and the chunks)."""
     n = moves[0].prompt if moves else 0
     for move in moves:
-        llama_cpp.llama_memory_seq_rm(memory, seq, move.prompt, move.cached)
-        llama_cpp.llama_memory_seq_add(memory, seq, move.cached, move.cached + move.length, move.prompt - move.cached)
+        context.remove(seq, move.prompt, move.cached)
+        context.shift(seq, move.cached, move.cached + move.length, move.prompt - move.cached)
         tokens[move.prompt : move.prompt + move.length] = tokens[move.cached : move.cached + move.length].copy()
         n = move.prompt + move.length
     return n

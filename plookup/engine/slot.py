@@ -1,9 +1,10 @@
 """A slot: one sequence of the engine's context, and the generation running on it.
 
 A :class:`Slot` is a sequence id (and a second one for a draft's branch) with the tokens its KV
-cells hold: ``tokens[:n]``. Slot 0's tokens are the model's own ``input_ids`` / ``n_tokens``, so
-that llama_cpp's methods on the model (``eval``, ``reset``, ``save_state``) keep reading sequence 0
-as they always have; the other slots own theirs. A slot keeps its cells after a generation, so the
+cells hold: ``tokens[:n]``, kept by its :class:`Cells`. Slot 0's cells are handed in by the API
+(:class:`plookup.api.context.ModelCells`: the model's own ``input_ids`` / ``n_tokens``), so that
+llama_cpp's methods on the model (``eval``, ``reset``, ``save_state``) keep reading sequence 0 as
+they always have; the other slots own theirs. A slot keeps its cells after a generation, so the
 next request whose prompt shares a prefix with them does not prefill it again.
 
 A :class:`Generation` is one request on a slot: its call, drafter, sampler and stopping criteria,
@@ -19,31 +20,36 @@ from typing import Optional
 import numpy as np
 
 
+def attribute_of(part: str, name: str, doc: str = "") -> property:
+    """An attribute that is the one of the object in attribute `part` (read and written there)."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    lambda self, value: setattr(getattr(self, part), name, value), doc=doc)
+
+
+class Cells:
+    """A sequence's tokens as its KV cells hold them, ``tokens[:n]``: a slot's own. Slot 0's are
+    the model's, with the same three members (:class:`plookup.api.context.ModelCells`)."""
+
+    def __init__(self, size: int):
+        self.tokens = np.zeros(size, dtype=np.intc)
+        self.n = 0
+
+    def logits_gone(self) -> None:
+        """The context's newest logits are no longer this sequence's last row's (a verify batch's,
+        another sequence's): nothing reads a slot's own cells' logits, so nothing to tell."""
+
+
 class Slot:
-    def __init__(self, index: int, seq: int, branch_seq: int, model=None, size: int = 0):
+    def __init__(self, index: int, seq: int, branch_seq: int, cells):
         self.index, self.seq, self.branch_seq = index, seq, branch_seq
-        self._model = model  # slot 0: the llama_cpp.Llama whose input_ids / n_tokens it uses
-        self._tokens = None if model is not None else np.zeros(size, dtype=np.intc)
-        self._n = 0
+        self.cells = cells  # a Cells, or slot 0's ModelCells
         self.generation: Optional[Generation] = None  # the request running here, if any
-        # Slots >= 1: the drafter spawned from the model's, and what it was spawned from (Engine._drafter).
+        # Slots >= 1: the drafter spawned from the model's, and what it was spawned from
+        # (Admission._drafter).
         self.drafter, self.drafter_made_from = None, None
 
-    @property
-    def tokens(self) -> np.ndarray:
-        return self._model.input_ids if self._model is not None else self._tokens
-
-    @property
-    def n(self) -> int:
-        """How many of ``tokens`` the sequence's KV cells hold."""
-        return self._model.n_tokens if self._model is not None else self._n
-
-    @n.setter
-    def n(self, value: int) -> None:
-        if self._model is not None:
-            self._model.n_tokens = value
-        else:
-            self._n = value
+    tokens = attribute_of("cells", "tokens")
+    n = attribute_of("cells", "n", "How many of ``tokens`` the sequence's KV cells hold.")
 
     def shared_prefix(self, prompt) -> int:
         """How many leading tokens of `prompt` the slot's cells already hold."""

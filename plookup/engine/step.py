@@ -16,20 +16,23 @@ The rows go in the order of their sequences, each generation's together: with a 
 slot llama.cpp splits a step into ubatches of consecutive sequences only, so an idle slot between
 two stepped ones, or beside them, gets a throwaway row where that makes the step's passes over the
 weights cheaper (:meth:`Step._fillers`); the drafts are sized with those rows in the step.
+
+The step is a part of the engine that calls llama.cpp only through its context handle
+(:class:`~plookup.engine.handle.ContextHandle`) and judges through a
+:class:`~plookup.engine.verdicts.Verdicts`: both can be fakes (tests/unit/test_engine_parts.py).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
-
-import llama_cpp
+from typing import Any, NamedTuple, Optional
 
 from ..draft.sizing import fillers_worth_adding, size_batch, size_streams
 from ..draft.values import NO_DRAFT, Draft
-from ..verify.rows import fill, last_row_logits, sequence_rows, verify_rows
-from .slot import Generation
+from ..verify.rows import last_row_logits, sequence_rows, verify_rows
+from .slot import Generation, Slot
+from .verdicts import fail
 
 # Tokens a generation may be stepped ahead of its consumer by the other consumers' steps: enough
 # that a consumer busy with its last tokens does not drop out of the next batch, few enough that a
@@ -61,40 +64,58 @@ class StepRecord:
 
 
 class Step:
-    """The engine's step (a part of :class:`plookup.engine.Engine`, which holds ``llm``, ``slots``,
-    ``shared_exact``, ``streams``, the counters and ``trace``, and judges with
-    :class:`.verdicts.Verdicts`)."""
+    """The engine's step over its `slots`, on `context` (a
+    :class:`~plookup.engine.handle.ContextHandle`), judged by `verdicts`. `model`: the model's
+    drafting side, read at each step (``drafter``, whose policy's cost curve sizes the drafts, and
+    ``can_roll_back``: no drafts where it is off). `streams`: a KV stream per slot (how a batch is
+    split, see :mod:`plookup.draft.sizing`); `shared_exact`: a slot's rows beside others' are its
+    lone decode (see :meth:`_note_shared`)."""
 
-    def _step(self) -> None:
+    def __init__(self, context, slots: list[Slot], verdicts, model, streams: bool = False,
+                 shared_exact: bool = False):
+        self.context, self.slots, self.verdicts, self.model = context, slots, verdicts, model
+        self.streams, self.shared_exact = streams, shared_exact
+        self.steps = 0  # decodes made, and their rows: what /metrics reports
+        self.rows = 0
+        self.trace: Optional[list[StepRecord]] = None  # a list: every step appends its record
+
+    def run(self) -> None:
+        """One step: every generation that wants tokens, in one decode."""
         decoding, prefilling = self._gather()
         if not decoding and not prefilling:
             return
         began = time.perf_counter()
+        n_batch = self.context.n_batch
         fillers = self._fillers(decoding + prefilling) if self.streams else []
         drafts = self._drafts(decoding, prefilling, fillers)
         parts = [self._draft_rows(gen, draft) for gen, draft in zip(decoding, drafts)]
-        chunks = self._chunk_rows(prefilling, self.llm.n_batch - sum(len(part.rows) for part in parts))
+        chunks = self._chunk_rows(prefilling, n_batch - sum(len(part.rows) for part in parts))
         stepped = [piece.owner for piece in parts + chunks]
-        if sum(len(piece.rows) for piece in parts + chunks) + len(fillers) > self.llm.n_batch:
+        if sum(len(piece.rows) for piece in parts + chunks) + len(fillers) > n_batch:
             fillers = []  # a full batch is a prompt chunk's: a pass more or less is little beside it
-        rows, logits, starts = self._batch(parts + chunks + fillers)
+        rows, logits, starts = batch(parts + chunks + fillers)
         self._note_shared(stepped)
-        fill(self.llm, rows, logits)
+        self.context.fill(rows, logits)
         decoding_began = time.perf_counter()
         try:
             if not self._decode(stepped, len(rows)):
                 return
         finally:
             for filler in fillers:
-                self._roll_back(filler.owner.seq, filler.owner.n)
+                self.context.roll_back(filler.owner.seq, filler.owner.n)
         decoded = time.perf_counter()
-        accepted = [self._verdict(part.owner, part.what, start) for part, start in zip(parts, starts)]
+        accepted = [self.verdicts.verdict(part.owner, part.what, start) for part, start in zip(parts, starts)]
         for chunk, start in zip(chunks, starts[len(parts):]):
             self._take_chunk(chunk.owner, start, chunk.what)
         if self.trace is not None:
             self.trace.append(StepRecord(began, decoding_began - began, decoded - decoding_began,
                                          time.perf_counter() - decoded, len(rows), [len(d) for d in drafts],
                                          accepted, sum(len(chunk.what) for chunk in chunks)))
+
+    def room(self, slot: Slot) -> int:
+        """Draft tokens that fit behind the slot's pending token so that prompt + output stays
+        <= n_ctx, as llama_cpp caps it (the token sampled last is never evaluated); < 0: full."""
+        return self.context.n_ctx - slot.n - 2
 
     # -- rows in
 
@@ -109,7 +130,7 @@ class Step:
             return False  # its caller takes no more
         # llama_cpp's completions end at an end-of-generation token: do not decode past one
         # before the consumer asks for more.
-        return not llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, gen.out[-1])
+        return not self.context.is_eog(gen.out[-1])
 
     def _gather(self) -> tuple[list[Generation], list[Generation]]:
         """The generations this step advances: (decoding, prefilling). One cancelled, or whose
@@ -124,7 +145,7 @@ class Step:
                 gen.done = True  # e.g. the client hung up: this generation ends here
             elif gen.prefilling:
                 prefilling.append(gen)
-            elif self._room(slot) < 0:
+            elif self.room(slot) < 0:
                 gen.done = True  # context full: the caller reports finish_reason "length"
             else:
                 decoding.append(gen)
@@ -137,8 +158,7 @@ class Step:
         new = verify_rows(gen.pending, draft.tokens, draft.branch, slot.n, (slot.seq, slot.branch_seq))
         if draft.branch is not None:
             assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
-            # the branches share the whole prefix
-            llama_cpp.llama_memory_seq_cp(self.memory, slot.seq, slot.branch_seq, -1, -1)
+            self.context.copy(slot.seq, slot.branch_seq)  # the branches share the whole prefix
         return Piece(gen, draft, new, [True] * len(new))
 
     def _chunk_rows(self, prefilling: list[Generation], budget: int) -> list[Piece]:
@@ -169,28 +189,13 @@ class Step:
         busy = {gen.slot.seq for gen in stepping}
         if len(busy) < 2:
             return []
-        idle = {slot.seq: slot for slot in self.slots if slot.seq not in busy and self._room(slot) >= 0}
+        idle = {slot.seq: slot for slot in self.slots if slot.seq not in busy and self.room(slot) >= 0}
         fillers = []
-        for seq in fillers_worth_adding(sorted(busy), sorted(idle), self.llm.drafter.policy.cost):
+        for seq in fillers_worth_adding(sorted(busy), sorted(idle), self.model.drafter.policy.cost):
             slot = idle[seq]
             token = int(slot.tokens[slot.n - 1]) if slot.n > 0 else 0
             fillers.append(Piece(slot, None, sequence_rows([token], slot.n, slot.seq), [False]))
         return fillers
-
-    @staticmethod
-    def _batch(pieces: list[Piece]) -> tuple[list, list[bool], list[int]]:
-        """The step's rows and logits flags, each piece's rows together and the pieces in the
-        order of their sequences (llama.cpp's split into ubatches takes consecutive sequences in
-        the order it meets them); and each piece's first row, in the pieces' order."""
-        order = sorted(range(len(pieces)), key=lambda i: pieces[i].rows[0][2][0])  # its first row's sequence
-        rows: list = []
-        logits: list[bool] = []
-        starts = [0] * len(pieces)
-        for i in order:
-            starts[i] = len(rows)
-            rows += pieces[i].rows
-            logits += pieces[i].logits
-        return rows, logits, starts
 
     def _note_shared(self, stepped: list[Generation]) -> None:
         """Generations that share a step, or the cache, with another sequence are no lone decode:
@@ -203,8 +208,8 @@ class Step:
     def _drafts(self, decoding: list[Generation], prefilling: list[Generation], fillers: list[Piece]) -> list[Draft]:
         """Each decoding generation's draft; a row each stays free for the prefilling ones' chunks,
         and the fillers' rows are the step's too."""
-        llm = self.llm
-        if not decoding or not llm.can_roll_back:
+        model, n_batch = self.model, self.context.n_batch
+        if not decoding or not model.can_roll_back:
             return [NO_DRAFT] * len(decoding)
         reserve = len(prefilling) + len(fillers)
         limits = [self._draft_limit(gen, len(decoding), reserve) for gen in decoding]
@@ -221,12 +226,12 @@ class Step:
         else:  # several slots sized together; or one whose request cuts its drafts by p_min
             offers = [timed(gen, gen.drafter.offer, limit) for gen, limit in zip(decoding, limits)]
             chances = [gen.call.speculative.cut(p) for gen, (_, p) in zip(decoding, offers)]
-            cost = llm.drafter.policy.cost
+            cost = model.drafter.policy.cost
             if self.streams:  # the step's other rows, each one row, where the split puts them
                 fixed = [gen.slot.seq for gen in prefilling] + [piece.owner.seq for piece in fillers]
-                lengths = size_streams(chances, cost, llm.n_batch, [gen.slot.seq for gen in decoding], fixed)
+                lengths = size_streams(chances, cost, n_batch, [gen.slot.seq for gen in decoding], fixed)
             else:
-                lengths = size_batch(chances, cost, llm.n_batch - reserve)
+                lengths = size_batch(chances, cost, n_batch - reserve)
             drafts = [candidate.draft(n) for (candidate, _), n in zip(offers, lengths)]
         # a request's n_min drops its shorter drafts, as llama-server's does
         return [NO_DRAFT if len(d) < gen.call.speculative.n_min else d for gen, d in zip(decoding, drafts)]
@@ -234,7 +239,7 @@ class Step:
     def _draft_limit(self, gen: Generation, n_decoding: int, reserve: int) -> int:
         """The longest draft the generation may verify: room in its context and the batch, its
         caller's max_tokens, its request's n_max."""
-        limit = min(self._room(gen.slot), self.llm.n_batch - n_decoding - reserve)
+        limit = min(self.room(gen.slot), self.context.n_batch - n_decoding - reserve)
         if gen.call.max_tokens is not None:  # a step emits accepted + 1 tokens
             limit = min(limit, gen.call.max_tokens - gen.emitted - 1)
         if gen.call.speculative.n_max is not None:
@@ -246,26 +251,17 @@ class Step:
     def _decode(self, stepped: list[Generation], n_rows: int) -> bool:
         """The step's one llama_decode; False when it failed, and with it every generation in it."""
         try:
-            self.llm._ctx.decode(self.llm._batch)
+            self.context.decode()
         except Exception as e:  # the whole batch failed: so did every generation in it
             for gen in stepped:
-                self._fail(gen, e)
+                fail(self.context, gen, e)
             return False
         finally:
             self.steps += 1
             self.rows += n_rows
         return True
 
-    # -- verdicts out
-
-    def _verdict(self, gen: Generation, draft: Draft, start: int) -> int:
-        """:meth:`_judge` the generation's rows; an error of its sampler or stopping criteria
-        ends this generation only. Returns how many draft tokens were accepted."""
-        try:
-            return self._judge(gen, draft, start)
-        except Exception as e:
-            self._fail(gen, e)
-            return 0
+    # -- prompt chunks in
 
     def _take_chunk(self, gen: Generation, start: int, chunk) -> None:
         """A prompt chunk is in the cells; after the prompt's last one, its first token."""
@@ -274,6 +270,21 @@ class Step:
         slot.n += len(chunk)
         if slot.n == len(gen.prompt):
             try:
-                self._first_token(gen, start + len(chunk) - 1)
+                self.verdicts.first_token(gen, start + len(chunk) - 1)
             except Exception as e:
-                self._fail(gen, e)
+                fail(self.context, gen, e)
+
+
+def batch(pieces: list[Piece]) -> tuple[list, list[bool], list[int]]:
+    """The step's rows and logits flags, each piece's rows together and the pieces in the order
+    of their sequences (llama.cpp's split into ubatches takes consecutive sequences in the order it
+    meets them); and each piece's first row, in the pieces' order."""
+    order = sorted(range(len(pieces)), key=lambda i: pieces[i].rows[0][2][0])  # its first row's sequence
+    rows: list = []
+    logits: list[bool] = []
+    starts = [0] * len(pieces)
+    for i in order:
+        starts[i] = len(rows)
+        rows += pieces[i].rows
+        logits += pieces[i].logits
+    return rows, logits, starts

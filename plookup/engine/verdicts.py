@@ -3,48 +3,70 @@ to them.
 
 :func:`plookup.verify.accept.accept` walks the rows with the generation's sampler and stopping
 criteria; the accepted part of the path taken (the draft, or its branch) stays in the sequence,
-the rest is rolled back (``Engine._roll_back``); the emitted tokens are counted, read for logprobs
-where the call asks, indexed by its drafter, and queued for its consumer.
+the rest is rolled back (the context handle's one ``roll_back``); the emitted tokens are counted,
+read for logprobs where the call asks, indexed by its drafter, and queued for its consumer.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
-import llama_cpp
 import numpy as np
 
 from ..draft.values import CORPUS, MEMORY, NO_DRAFT, Draft
-from .slot import Generation
+from .slot import Generation, Slot
+
+
+def fail(context, gen: Generation, error: BaseException) -> None:
+    """End one generation with `error`; its cells go back to what it had before the step."""
+    context.roll_back(gen.slot.seq, gen.slot.n)
+    context.roll_back(gen.slot.branch_seq, 0)
+    gen.error, gen.done = error, True
 
 
 class Verdicts:
-    """The engine's verdicts (a part of :class:`plookup.engine.Engine`, which holds ``llm``,
-    ``accept``, ``memory``, ``_roll_back`` and ``_evaluate_afresh``)."""
+    """The verdicts of a step, on `context` (a :class:`~plookup.engine.handle.ContextHandle`):
+    each generation's rows judged by `accept` (:func:`plookup.verify.accept.accept`, or a test's),
+    its tokens handed out. `rebuild(slot, n)` is called where the memory refused to drop rejected
+    draft tokens: the sequence must then be made anew from its verified tokens[:n] (the engine's
+    :meth:`~plookup.engine.Engine.evaluate_afresh`, which touches every slot)."""
+
+    def __init__(self, context, accept: Callable, rebuild: Callable[[Slot, int], None]):
+        self.context, self.accept, self.rebuild = context, accept, rebuild
+
+    def verdict(self, gen: Generation, draft: Draft, start: int) -> int:
+        """:meth:`judge` the generation's rows; an error of its sampler or stopping criteria
+        ends this generation only. Returns how many draft tokens were accepted."""
+        try:
+            return self.judge(gen, draft, start)
+        except Exception as e:
+            fail(self.context, gen, e)
+            return 0
 
     def _sample(self, gen: Generation, start: int):
         """sample(row): the generation's sampler chain on its row `row` (batch row start + row);
         at temperature > 0 also whether the sample was the most likely token."""
-        ctx, sampler, llm = self.llm._ctx, gen.sampler, self.llm
+        context, sampler = self.context, gen.sampler
 
         def sample(row: int):
-            token = sampler.sample(ctx, start + row)  # y ~ p(· | prefix + draft[:row]); greedy: argmax
+            token = context.sample(sampler, start + row)  # y ~ p(· | prefix + draft[:row]); greedy: argmax
             if not gen.randomly:
                 return token, None
-            return token, token == int(np.argmax(llm._logits_row(start + row)))
+            return token, token == int(np.argmax(context.logits_row(start + row)))
 
         return sample
 
     def _stop(self, gen: Generation, n_past: int, start: int):
         """stop(prefix, row): llama_cpp's stopping criteria on the tokens up to position n_past,
         then the verified `prefix`, and the row's logits."""
-        criteria, slot, llm = gen.stopping_criteria, gen.slot, self.llm
+        criteria, slot, context = gen.stopping_criteria, gen.slot, self.context
         if criteria is None:
             return None
 
         def stop(prefix, row: int) -> bool:
             ids = np.concatenate((slot.tokens[: n_past + 1], np.asarray(prefix, dtype=slot.tokens.dtype)))
-            return bool(criteria(ids, llm._logits_row(start + row)))
+            return bool(criteria(ids, context.logits_row(start + row)))
 
         return stop
 
@@ -57,17 +79,17 @@ class Verdicts:
         finally:
             gen.call.stats.sample_seconds += time.perf_counter() - begin
 
-    def _first_token(self, gen: Generation, row: int) -> None:
+    def first_token(self, gen: Generation, row: int) -> None:
         """The first token comes from the prompt's last row, as in plain decoding: a step that
         drafts nothing is then plain's single-token decode."""
         verdict = self._accept(gen, [], row, gen.slot.n - 1, None)
         self._emit(gen, NO_DRAFT, NO_DRAFT, verdict, row)
 
-    def _judge(self, gen: Generation, draft: Draft, start: int) -> int:
+    def judge(self, gen: Generation, draft: Draft, start: int) -> int:
         """Verify the generation's rows and leave its sequence holding the pending token and the
         accepted part of the path taken (the draft, or its fork when the target took the branch);
         returns how many draft tokens were accepted."""
-        slot, branch = gen.slot, draft.branch
+        context, slot, branch = self.context, gen.slot, draft.branch
         n_past = slot.n
         rolled_back = True
         try:
@@ -76,17 +98,17 @@ class Verdicts:
             if verdict.branch_taken:
                 path = draft.fork()
                 fork = n_past + 1 + branch.at  # first position where the branches differ
-                rolled_back = self._roll_back(slot.seq, fork)
-                llama_cpp.llama_memory_seq_cp(self.memory, slot.branch_seq, slot.seq, fork, -1)
+                rolled_back = context.roll_back(slot.seq, fork)
+                context.copy(slot.branch_seq, slot.seq, fork, -1)
         finally:
             if branch is not None:
-                rolled_back &= self._roll_back(slot.branch_seq, 0)
+                rolled_back &= context.roll_back(slot.branch_seq, 0)
         slot.tokens[n_past : n_past + 1 + len(path)] = [gen.pending, *path.tokens.tolist()]
         keep = n_past + 1 + verdict.accepted
         if keep < n_past + 1 + len(path):  # drop the rejected draft tokens
-            rolled_back &= self._roll_back(slot.seq, keep)
+            rolled_back &= context.roll_back(slot.seq, keep)
         if not rolled_back:
-            self._evaluate_afresh(slot, keep)
+            self.rebuild(slot, keep)
         slot.n = keep
         self._emit(gen, draft, path, verdict, start)
         return verdict.accepted
@@ -119,5 +141,5 @@ class Verdicts:
         overwrites the rows (host time reading rows, counted as sampling)."""
         begin = time.perf_counter()
         for token, row in zip(verdict.tokens, verdict.rows, strict=True):
-            gen.call.logprobs.read(self.llm._logits_row(start + row), token)
+            gen.call.logprobs.read(self.context.logits_row(start + row), token)
         gen.call.stats.sample_seconds += time.perf_counter() - begin

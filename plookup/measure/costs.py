@@ -70,7 +70,7 @@ def context_limit(llm: llama_cpp.Llama) -> int:
 
 
 def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
-    fill(llm, sequence_rows(tokens, n_past))
+    fill(llm._batch.batch, sequence_rows(tokens, n_past))
     start = time.perf_counter()
     llm._ctx.decode(llm._batch)
     # Asynchronous backends (CUDA, Metal) return from llama_decode before the batch has run; a

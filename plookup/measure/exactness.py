@@ -105,7 +105,7 @@ def _single_decodes(llm, tokens, n_past: int) -> list[np.ndarray]:
     holding only the first n_past positions again."""
     out = []
     for i, token in enumerate(tokens):
-        fill(llm, sequence_rows([token], n_past + i))
+        fill(llm._batch.batch, sequence_rows([token], n_past + i))
         llm._ctx.decode(llm._batch)
         out.append(_logits(llm, 0))
     llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
@@ -143,7 +143,7 @@ def probe_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
     single_fork = _single_decodes(llm, fork, n_context)
     result = Invariance()
     for n in curve_sizes(max_n)[1:]:
-        fill(llm, verify_rows(path[0], path[1:n], None, n_context))
+        fill(llm._batch.batch, verify_rows(path[0], path[1:n], None, n_context))
         llm._ctx.decode(llm._batch)
         equal, delta = _compare([_logits(llm, r) for r in range(n)], single[:n])
         result.checks.append(RowCheck(n, False, equal, n, delta))
@@ -154,7 +154,7 @@ def probe_invariance(llm, max_n: int = DEFAULT_MAX_N) -> Invariance:
             draft = path[1 : FORK_AT + 1 + on_draft]
             branch = Branch(FORK_AT, np.array(fork[FORK_AT + 1 : FORK_AT + 1 + on_branch]))
             llama_cpp.llama_memory_seq_cp(memory, 0, 1, -1, -1)
-            fill(llm, verify_rows(path[0], draft, branch, n_context))
+            fill(llm._batch.batch, verify_rows(path[0], draft, branch, n_context))
             llm._ctx.decode(llm._batch)
             rows = [_logits(llm, r) for r in range(n)]
             reference = single[: FORK_AT + 1 + on_draft] + single_fork[FORK_AT + 1 : FORK_AT + 1 + on_branch]
@@ -181,8 +181,7 @@ class SlotCheck:
 
 
 class _Decoder:
-    """A context of its own over `llm`'s model, and a batch: what :func:`plookup.verify.rows.fill`
-    fills (it needs a ``_batch``)."""
+    """A context of its own over `llm`'s model, and a batch that :func:`plookup.verify.rows.fill` fills."""
 
     def __init__(self, llm, n_seq: int, unified: bool, n_ctx: int):
         params = llama_cpp.llama_context_default_params()
@@ -194,11 +193,11 @@ class _Decoder:
         self._batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=n_seq, verbose=False)
 
     def decode(self, rows, logits=None) -> None:
-        fill(self, rows, logits)
+        fill(self._batch.batch, rows, logits)
         self._ctx.decode(self._batch)
 
     def prefill(self, tokens, seq: int) -> None:
-        decode_chunks(self, tokens, seq, self.llm.n_batch)
+        decode_chunks(self.decode, tokens, seq, self.llm.n_batch)
 
     def logits(self, row: int) -> np.ndarray:
         return logits_row(self._ctx, row, self.llm.n_vocab()).copy()

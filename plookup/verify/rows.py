@@ -6,16 +6,16 @@ llama_cpp's own set_batch only asks for the last row's logits (or all, via logit
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import llama_cpp
 
 Row = tuple[int, int, tuple[int, ...]]  # token, position, sequence ids
 
 
-def fill(llm: llama_cpp.Llama, rows: Sequence[Row], logits: Optional[Sequence[bool]] = None) -> None:
-    """Rows into the batch; logits at every row, or where `logits` says."""
-    batch = llm._batch.batch
+def fill(batch: llama_cpp.llama_batch, rows: Sequence[Row], logits: Optional[Sequence[bool]] = None) -> None:
+    """Rows into `batch` (a llama_cpp.Llama's is ``llm._batch.batch``); logits at every row, or
+    where `logits` says."""
     batch.n_tokens = len(rows)
     for i, (token, pos, seq_ids) in enumerate(rows):
         batch.token[i] = token
@@ -36,14 +36,14 @@ def last_row_logits(n: int) -> list[bool]:
     return [False] * (n - 1) + [True]
 
 
-def decode_chunks(target, tokens: Sequence[int], seq: int, n_batch: int, start: int = 0) -> None:
+def decode_chunks(decode: Callable[[Sequence[Row], Sequence[bool]], None], tokens: Sequence[int], seq: int,
+                  n_batch: int, start: int = 0) -> None:
     """`tokens` at positions start.. of sequence `seq`, decoded as llama_cpp's ``eval`` decodes a
-    prompt: n_batch tokens a ``llama_decode``, logits at each one's last row. `target` has the
-    ``_ctx`` and ``_batch`` of a llama_cpp.Llama."""
+    prompt: n_batch tokens a ``llama_decode``, logits at each one's last row. `decode(rows,
+    logits)` fills a batch with the rows and decodes it."""
     for i in range(0, len(tokens), n_batch):
         chunk = tokens[i : i + n_batch]
-        fill(target, sequence_rows(chunk, start + i, seq), last_row_logits(len(chunk)))
-        target._ctx.decode(target._batch)
+        decode(sequence_rows(chunk, start + i, seq), last_row_logits(len(chunk)))
 
 
 def verify_rows(pending: int, draft: Sequence[int], branch, n_past: int, seqs: tuple[int, int] = (0, 1)) -> list[Row]:

@@ -47,10 +47,10 @@ def test_backend_tokens_are_the_host_argmax_of_the_same_rows(any_model_pair):
         # The prompt's last row and a 16-row verify batch on sequence 0; a row on sequence 1
         # makes llama.cpp copy every row's logits too.
         rows = sequence_rows(prompt, 0, 0) + [(draft[0], 0, (1,))]
-        fill(llm, rows, [False] * (len(prompt) - 1) + [True, True])
+        fill(llm._batch.batch, rows, [False] * (len(prompt) - 1) + [True, True])
         llm._ctx.decode(llm._batch)
         assert BackendGreedy().sample(llm._ctx, len(prompt) - 1) == int(np.argmax(llm._logits_row(len(prompt) - 1)))
-        fill(llm, sequence_rows(draft, len(prompt), 0) + [(draft[1], 1, (1,))])
+        fill(llm._batch.batch, sequence_rows(draft, len(prompt), 0) + [(draft[1], 1, (1,))])
         llm._ctx.decode(llm._batch)
         outputs = range(len(draft))
         backend = [BackendGreedy().sample(llm._ctx, i) for i in outputs]

@@ -205,8 +205,8 @@ def test_a_step_with_rejected_draft_tokens_leaves_no_cell_behind(llm, monkeypatc
     assert check.problems == []
     assert check.kinds["part rejected"] >= 1 and check.kinds["all accepted"] >= 1, check.kinds
 
-    roll_back = llm._engine._roll_back
-    monkeypatch.setattr(llm._engine, "_roll_back", lambda seq, n: roll_back(seq, n + 1 if n > 0 else n))
+    roll_back = llm._engine.context.roll_back
+    monkeypatch.setattr(llm._engine.context, "roll_back", lambda seq, n: roll_back(seq, n + 1 if n > 0 else n))
     try:
         check = cells_after_rejections(llm)
     finally:
@@ -250,9 +250,9 @@ def test_an_idle_slots_throwaway_row_leaves_its_cells(three_slots, monkeypatch):
     assert check.problems == [] and filled, (check.problems, len(filled))
 
     engine = three_slots._engine
-    roll_back = engine._roll_back
+    roll_back = engine.context.roll_back
     idle = lambda seq: seq < len(engine.slots) and engine.slots[seq].generation is None  # noqa: E731
-    monkeypatch.setattr(engine, "_roll_back", lambda seq, n: roll_back(seq, n + 1 if n > 0 and idle(seq) else n))
+    monkeypatch.setattr(engine.context, "roll_back", lambda seq, n: roll_back(seq, n + 1 if n > 0 and idle(seq) else n))
     try:
         check = outer_slots_decoding(three_slots)
     finally:

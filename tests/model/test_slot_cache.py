@@ -179,14 +179,14 @@ def test_the_row_after_the_cache_is_a_fresh_decodes_bitwise(model_path):
     def next_row():
         from plookup.verify.rows import fill, sequence_rows
 
-        fill(spec, sequence_rows([probe], slot.n, slot.seq))
+        fill(spec._batch.batch, sequence_rows([probe], slot.n, slot.seq))
         spec._ctx.decode(spec._batch)
         row = spec._logits_row(0).copy()
         spec._ctx.kv_cache_seq_rm(slot.seq, slot.n, -1)
         return row
 
     got = []
-    spec._engine._wait_for(lambda: got.append(next_row()))
+    spec._engine.admission._wait_for(lambda: got.append(next_row()))
     plain.reset()
     plain.eval(prompt)
     for token in [*cached[len(prompt):], probe]:  # one at a time, as llama_cpp's generate decodes

@@ -377,12 +377,10 @@ def test_the_hf_flags_set_the_model_and_say_so():
 
 
 def test_a_chat_template_is_used_as_llama_cpp_uses_the_ggufs():
-    class Model:
-        token_get_text = staticmethod(lambda token: {1: "<s>", 2: "</s>"}[token])
-
     class Llm:
-        _model, chat_format, chat_handler = Model(), "chat_template.default", None
+        chat_format, chat_handler = "chat_template.default", None
         token_bos, token_eos = staticmethod(lambda: 1), staticmethod(lambda: 2)
+        token_text = staticmethod(lambda token: {1: "<s>", 2: "</s>"}[token])
 
     llm = Llm()
     llama_cli.use_chat_template(llm, ("format", "chatml"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 
-import llama_cpp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,16 +16,17 @@ from plookup.engine.reuse import Move, apply_moves, shift_plan
 
 
 class Cells:
-    """A sequence's cells: position -> token, as llama_memory_seq_rm / _seq_add edit them."""
+    """A sequence's cells: position -> token, as the context handle's ``remove`` and ``shift``
+    (llama_memory_seq_rm / _seq_add) edit them."""
 
     def __init__(self, tokens):
         self.at = dict(enumerate(tokens))
 
-    def rm(self, memory, seq, p0, p1):
+    def remove(self, seq, p0, p1):
         self.at = {p: t for p, t in self.at.items() if not p0 <= p < (p1 if p1 >= 0 else 1 << 62)}
         return True
 
-    def add(self, memory, seq, p0, p1, delta):
+    def shift(self, seq, p0, p1, delta):
         moved = {p + delta: t for p, t in self.at.items() if p0 <= p < p1}
         kept = {p: t for p, t in self.at.items() if not p0 <= p < p1}
         assert not set(moved) & set(kept), "a chunk moved onto cells still held"
@@ -36,18 +36,11 @@ class Cells:
 def reused(cached: list[int], prompt: list[int], min_chunk: int) -> tuple[int, list[Move], Cells]:
     """(positions held, the moves, the cells) after llama-server's walk from the common prefix."""
     cells = Cells(cached)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(llama_cpp, "llama_memory_seq_rm", cells.rm)
-        patch.setattr(llama_cpp, "llama_memory_seq_add", cells.add)
-        return walked(cells, cached, prompt, min_chunk)
-
-
-def walked(cells: Cells, cached: list[int], prompt: list[int], min_chunk: int) -> tuple[int, list[Move], Cells]:
     start = next((i for i, (a, b) in enumerate(zip(cached, prompt)) if a != b), min(len(cached), len(prompt)))
     tokens = np.array(cached + [0] * len(prompt), dtype=np.int32)
     moves = shift_plan(cached, prompt, start, min_chunk)
-    held = apply_moves(None, 0, tokens, moves) if moves else start
-    cells.rm(None, 0, held, -1)  # the admission's roll-back past what is kept
+    held = apply_moves(cells, 0, tokens, moves) if moves else start
+    cells.remove(0, held, -1)  # the admission's roll-back past what is kept
     assert tokens[:held].tolist() == prompt[:held]  # the slot's tokens follow the cells
     return held, moves, cells
 
@@ -92,11 +85,9 @@ def test_chunks_after_a_deletion_are_shifted_and_an_insertion_ends_the_reuse():
     assert reused(cached, deleted, 148)[1] == []
 
 
-def test_control_a_plan_that_moves_a_chunk_onto_held_cells_is_caught(monkeypatch):
+def test_control_a_plan_that_moves_a_chunk_onto_held_cells_is_caught():
     """The fake memory catches a wrong plan: a chunk moved forward lands on cells still held."""
     cells = Cells(list(range(10)))
-    monkeypatch.setattr(llama_cpp, "llama_memory_seq_rm", cells.rm)
-    monkeypatch.setattr(llama_cpp, "llama_memory_seq_add", cells.add)
     with pytest.raises(AssertionError, match="moved onto cells"):
-        apply_moves(None, 0, np.arange(20, dtype=np.int32), [Move(2, 5, 4)])
+        apply_moves(cells, 0, np.arange(20, dtype=np.int32), [Move(2, 5, 4)])
     assert reuse.shift_plan([1, 2, 3], [1, 2, 3], 3, 1) == []  # nothing after a whole prefix

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plookup.draft.sizing import fillers_worth_adding, streams_step_cost
-from plookup.engine.step import Piece, Step
+from plookup.engine.step import Piece, Step, batch
 from plookup.verify.rows import sequence_rows
 
 # a step's cost in single decodes by its rows, as on 2 cores (8 rows in one pass: 2.4 decodes)
@@ -27,16 +27,17 @@ def piece(owner, seq, tokens, n_past=0):
 
 def test_rows_go_in_sequence_order_and_each_piece_knows_its_first_row():
     pieces = [piece("c", 2, [5, 6]), piece("a", 0, [1]), piece("b", 1, [2, 3, 4])]
-    rows, logits, starts = Step._batch(pieces)
+    rows, logits, starts = batch(pieces)
     assert [r[2][0] for r in rows] == [0, 1, 1, 1, 2, 2]
     assert starts == [4, 0, 1]  # in the pieces' own order
     assert [rows[s][0] for s in starts] == [5, 1, 2] and len(logits) == len(rows)
 
 
-def fake_engine(ns: list[int]):
+def fake_engine(ns: list[int]) -> Step:
+    """The step over slots holding `ns` tokens, in a context of 10 (a slot of 8 or more is full)."""
     slots = [SimpleNamespace(seq=i, n=n, tokens=np.arange(100, 110)) for i, n in enumerate(ns)]
-    llm = SimpleNamespace(drafter=SimpleNamespace(policy=SimpleNamespace(cost=CPU)))
-    return SimpleNamespace(slots=slots, _room=lambda slot: 10 - slot.n - 2, llm=llm)
+    model = SimpleNamespace(drafter=SimpleNamespace(policy=SimpleNamespace(cost=CPU)))
+    return Step(SimpleNamespace(n_ctx=10, n_batch=512), slots, None, model, streams=True)
 
 
 EIGHT = list(range(8))
@@ -113,22 +114,22 @@ def stepped(*seqs):
 
 def test_idle_slots_get_a_filler_behind_their_cells():
     engine = fake_engine([3, 4, 0, 2, 5])
-    fillers = Step._fillers(engine, stepped(0, 3))  # 4 rows 1.6 against 1 + 1
+    fillers = engine._fillers(stepped(0, 3))  # 4 rows 1.6 against 1 + 1
     assert [(slot.seq, rows) for slot, _, rows, _ in fillers] == [(1, [(103, 4, (1,))]), (2, [(0, 0, (2,))])]
     assert all(logits == [False] for *_, logits in fillers)  # nothing read from them
-    assert Step._fillers(engine, stepped(1, 2, 3)) == []  # consecutive, on a rising curve: nothing
-    assert Step._fillers(engine, stepped(4)) == []
+    assert engine._fillers(stepped(1, 2, 3)) == []  # consecutive, on a rising curve: nothing
+    assert engine._fillers(stepped(4)) == []
     noisy = fake_engine([3, 4, 0, 2])
-    noisy.llm.drafter.policy.cost = np.array([1.0, 0.9, 1.2, 1.3])  # 2 rows "cheaper" than 1: noise
-    assert Step._fillers(noisy, stepped(0)) == []  # a lone generation steps alone
-    assert [slot.seq for slot, *_ in Step._fillers(noisy, stepped(0, 2))] == [1]
+    noisy.model.drafter.policy.cost = np.array([1.0, 0.9, 1.2, 1.3])  # 2 rows "cheaper" than 1: noise
+    assert noisy._fillers(stepped(0)) == []  # a lone generation steps alone
+    assert [slot.seq for slot, *_ in noisy._fillers(stepped(0, 2))] == [1]
     # a slot whose context is full takes no row (one behind it would not fit)
     full = fake_engine([3, 9, 2])
-    assert Step._fillers(full, stepped(0, 2)) == []
+    assert full._fillers(stepped(0, 2)) == []
     # beside a run, where the curve makes the longer run cheaper
     odd = fake_engine([3, 4, 0, 2])
-    odd.llm.drafter.policy.cost = ODD_SLOW
-    assert [slot.seq for slot, *_ in Step._fillers(odd, stepped(0, 1, 2))] == [3]
+    odd.model.drafter.policy.cost = ODD_SLOW
+    assert [slot.seq for slot, *_ in odd._fillers(stepped(0, 1, 2))] == [3]
 
 
 QWEN_COST = np.interp(np.arange(1, 69), [1, 4, 8, 16, 32, 64, 68], [1.0, 1.57, 2.33, 3.98, 7.44, 13.7, 14.6])
@@ -150,10 +151,11 @@ def test_drafts_are_sized_by_the_split_of_their_own_sequences():
         return SimpleNamespace(slot=SimpleNamespace(seq=seq), drafter=SimpleNamespace(offer=lambda limit: offer), call=call)
 
     def lengths(streams, offering):
-        llm = SimpleNamespace(can_roll_back=True, n_batch=512, drafter=SimpleNamespace(policy=SimpleNamespace(cost=QWEN_COST)))
-        engine = SimpleNamespace(llm=llm, streams=streams, _draft_limit=lambda gen, n, reserve: 16)
+        model = SimpleNamespace(can_roll_back=True, drafter=SimpleNamespace(policy=SimpleNamespace(cost=QWEN_COST)))
+        step = Step(SimpleNamespace(n_batch=512, n_ctx=4096), [], None, model, streams=streams)
+        step._draft_limit = lambda gen, n, reserve: 16
         gens = [generation(seq, offers) for seq, offers in enumerate(offering)]
-        return [len(d) for d in Step._drafts(engine, gens, [], [])]
+        return [len(d) for d in step._drafts(gens, [], [])]
 
     together, apart = lengths(True, [True, True, False]), lengths(True, [True, False, True])
     assert together[0] > 0 and together == [together[0], together[0], 0]

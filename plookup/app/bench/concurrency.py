@@ -30,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
-import llama_cpp
 import numpy as np
 
 from ...draft.index_drafter import DEFAULT_MAX_DRAFT
@@ -115,14 +114,13 @@ def timed_request(llm, prompt: list[int], max_tokens: int, temperature: float, s
     its client. `n_max`: its drafts' bound (0: plain decoding)."""
     start = time.perf_counter()
     times, tokens = [], []
-    vocab = llm._model.vocab
     with llm.request(speculative=Speculative(n_max=n_max)) as call:
         call.max_tokens = max_tokens
         call.seed = seed
         for token in itertools.islice(llm.generate(prompt, temp=temperature), max_tokens):
             times.append(time.perf_counter())
             tokens.append(token)
-            if not through_eog and llama_cpp.llama_vocab_is_eog(vocab, token):
+            if not through_eog and llm.is_eog(token):
                 break
     return dict(start=start, times=times, tokens=tokens, forward_passes=call.stats.forward_passes,
                 accepted=call.stats.accepted)
@@ -269,8 +267,8 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
         order = list(systems.items())
         for system, remote in order[::-1] if repeat % 2 else order:
             if remote is None:
-                llm._engine.forget()  # every run prefills its prompts: no slot keeps the last run's
-                llm._engine.trace = [] if args.trace else None
+                llm.forget_slots()  # every run prefills its prompts: no slot keeps the last run's
+                llm.trace_steps(args.trace)
                 request = functools.partial(timed_request, llm, n_max=local[system])
             else:
                 remote.restart()  # its n-gram pool would hold the answers of the runs before
@@ -281,8 +279,8 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
             note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
                  f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")
             if remote is None and args.trace:
-                cell["steps"] = [dataclasses.asdict(step) for step in llm._engine.trace]
-                llm._engine.trace = None
+                cell["steps"] = [dataclasses.asdict(step) for step in llm.traced_steps()]
+                llm.trace_steps(False)
                 note("  " + trace_summary(cell["steps"], clients))
     if args.trace:
         traced = {s: [c["steps"] for c in cells[s]] for s in local}

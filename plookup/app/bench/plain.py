@@ -15,6 +15,8 @@ import numpy as np
 from llama_cpp import llama_chat_format
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from ...api.context import is_eog, logits_stale
+
 # Per model (the names of plookup.app.models): below this top-2 logit gap of plain greedy decoding, a
 # verify batch may pick the other token, because llama.cpp's batched kernels round differently from
 # single-token decoding. Each is about the largest change of that gap measured between single-token
@@ -61,17 +63,17 @@ def greedy_with_gaps(
     tokens: list[int] = []
     gaps: list[float] = []
     for _ in range(max_tokens):
-        logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
         token = int(np.argmax(logits))
         second, first = np.partition(logits, -2)[-2:]
         tokens.append(token)
         gaps.append(float(first - second))
-        if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token) or llm.n_tokens >= llm.n_ctx():
+        if is_eog(llm, token) or llm.n_tokens >= llm.n_ctx():
             break
         if near_tie is not None and len(tokens) >= at_least and min(gaps) < near_tie:
             break
         llm.eval([token])
-    llm._requires_eval = True
+    logits_stale(llm)
     return tokens, gaps
 
 

@@ -20,6 +20,7 @@ from typing import Sequence
 import llama_cpp
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+from ...api.context import is_eog
 from ...api.stats import SpecStats
 from ...index.memory import GlobalMemory
 from ...measure.clock import DecodeClock
@@ -110,7 +111,7 @@ class LocalSystem:
                 if first is None:
                     first = time.perf_counter() - start
                 tokens.append(token)
-                if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token) or len(tokens) >= max_tokens:
+                if is_eog(llm, token) or len(tokens) >= max_tokens:
                     break
             total = time.perf_counter() - start
         finally:

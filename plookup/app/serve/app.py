@@ -160,7 +160,7 @@ class Service:
             if structured is not None:  # it replaces a grammar given beside it, as in llama_cpp's handlers
                 param, kwargs["grammar"], kwargs["response_format"] = "response_format", structured, None
         try:
-            check_grammar(self.llm._model.vocab, kwargs.get("grammar"))
+            check_grammar(self.llm.vocab, kwargs.get("grammar"))
         except ValueError as e:
             raise APIError(400, str(e), param=param, code="invalid_grammar") from e
         return kwargs, prediction
@@ -337,7 +337,7 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     from one of `cors_origins` may call it too: "*" any (llama-server's default), "localhost" this
     machine's pages, () none (same-origin only)."""
     metrics = Metrics(ROUTES | LLAMA_ROUTES)
-    metrics.watch_engine(llm._engine)
+    metrics.watch_model(llm)
     service = Service(llm, model_name, limits, metrics, keyed=bool(api_key))
     created = int(time.time())
     @contextlib.asynccontextmanager

@@ -140,12 +140,7 @@ def json_schema_grammar(schema) -> str:
 
 def eog_tokens(llm) -> frozenset[int]:
     """Every end-of-generation token of the model's vocabulary (llama-server's ignore_eos bans them all)."""
-    found = getattr(llm, "_plookup_eog", None)
-    if found is None:  # a walk over the vocabulary (~0.1 s for 152k tokens), once per model
-        vocab = llm._model.vocab
-        found = frozenset(t for t in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t))
-        llm._plookup_eog = found
-    return found
+    return llm.eog_tokens()
 
 
 class Clock:

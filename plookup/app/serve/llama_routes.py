@@ -474,7 +474,7 @@ def add_state_routes(app: FastAPI, service) -> None:
 
     @app.get("/slots")
     async def slots(fail_on_no_slot: int = Query(0)):
-        busy = llm._engine.active()
+        busy = llm.busy_slots()
         if fail_on_no_slot and busy >= llm.parallel:
             raise APIError(503, "no slot available", type="unavailable_error", code="no_slot_available")
         return [slot(i, i < busy) for i in range(llm.parallel)]

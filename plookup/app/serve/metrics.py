@@ -103,11 +103,11 @@ class Metrics:
         self.llamacpp["prompt_seconds"].inc(timings["prompt_ms"] / 1000)
         self.llamacpp["tokens_predicted_seconds"].inc(timings["predicted_ms"] / 1000)
 
-    def watch_engine(self, engine) -> None:
+    def watch_model(self, llm) -> None:
         """Expose the model's engine, read at each scrape: its running generations, and the
         steps it has decoded and their rows (the engine counts them; nothing is copied here)."""
-        self.registry.register(EngineCollector(engine))
-        self.registry.register(LlamaCppCollector(self, engine))
+        self.registry.register(EngineCollector(llm))
+        self.registry.register(LlamaCppCollector(self, llm))
 
     def record_prediction(self, details: dict) -> None:
         self.totals["prediction_accepted_tokens"].inc(details["accepted_prediction_tokens"])
@@ -119,25 +119,27 @@ class Metrics:
 
 class EngineCollector:
     """``plookup_active_slots``, ``plookup_steps_total`` and ``plookup_step_rows_total`` (rows per
-    step = their ratio) from a :class:`plookup.engine.Engine`."""
+    step = their ratio) from a :class:`plookup.Llama`'s engine."""
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, llm):
+        self.llm = llm
 
     def collect(self):
-        yield GaugeMetricFamily("plookup_active_slots", "Generations running on the model's slots.", value=self.engine.active())
+        steps, rows = self.llm.decode_counts()
+        yield GaugeMetricFamily("plookup_active_slots", "Generations running on the model's slots.",
+                                value=self.llm.busy_slots())
         yield CounterMetricFamily("plookup_steps", "llama_decode calls of the engine (every slot's rows in one).",
-                                  value=self.engine.steps)
+                                  value=steps)
         yield CounterMetricFamily("plookup_step_rows", "Rows (tokens) those calls decoded: / steps = tokens per step.",
-                                  value=self.engine.rows)
+                                  value=rows)
 
 
 class LlamaCppCollector:
     """llama-server's gauges and its llama_decode count, read at each scrape: throughput (its
     counters' ratios), requests generating and waiting, and the engine's decode steps."""
 
-    def __init__(self, metrics: Metrics, engine):
-        self.metrics, self.engine = metrics, engine
+    def __init__(self, metrics: Metrics, llm):
+        self.metrics, self.llm = metrics, llm
 
     def collect(self):
         total = {name: counter.collect()[0].samples[0].value for name, counter in self.metrics.llamacpp.items()}
@@ -151,6 +153,6 @@ class LlamaCppCollector:
         yield GaugeMetricFamily("llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s.",
                                 value=rate("tokens_predicted", "tokens_predicted_seconds"))
         yield GaugeMetricFamily("llamacpp:requests_processing", "Number of requests processing.",
-                                value=self.engine.active())
+                                value=self.llm.busy_slots())
         yield GaugeMetricFamily("llamacpp:requests_deferred", "Number of requests deferred.", value=waiting)
-        yield CounterMetricFamily("llamacpp:n_decode", "Total Number of llama_decode() calls.", value=self.engine.steps)
+        yield CounterMetricFamily("llamacpp:n_decode", "Total Number of llama_decode() calls.", value=self.llm.decode_counts()[0])
