@@ -192,3 +192,15 @@ def test_pyproject_ships_every_package():
     found = set(find_packages(str(ROOT), include=config["include"]))
     folders = {name for name, path in modules().items() if path.name == "__init__.py"}
     assert found == folders
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports test files by their basename (the folders are not packages): two of one name
+    in different folders stop a run over all of tests/ (the exact leg's) at collection."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append((seen[path.name].relative_to(ROOT), path.relative_to(ROOT)))
+        seen[path.name] = path
+    assert not clashes, clashes
