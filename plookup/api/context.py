@@ -15,6 +15,7 @@ import ctypes
 import llama_cpp
 import llama_cpp._internals as internals
 
+from ..draft.sizing import context_layout
 from ..engine import ContextHandle, Engine
 from ..engine.decode_thread import DecodeThread, teams_per_thread
 from ..engine.slot import attribute_of
@@ -88,9 +89,9 @@ def recreate_context(llm, parallel: int, streams: bool = False) -> None:
     # (unless llama_cpp made one already, e.g. in its embedding mode)
     if not (parallel == 1 and params.n_seq_max >= 2 and params.kv_unified and params.n_outputs_max_per_seq == 0):
         params.n_outputs_max_per_seq = 0  # n_batch: a backend chain samples every row of a verify step
-        params.n_seq_max = parallel if streams else 2 * parallel
-        params.kv_unified = not streams
-        params.n_ctx = parallel * llm._n_ctx if parallel > 1 else params.n_ctx
+        layout = context_layout(llm._n_ctx, parallel, streams)
+        params.n_seq_max, params.kv_unified = layout.n_seq_max, layout.unified
+        params.n_ctx = layout.n_ctx if parallel > 1 else params.n_ctx
         llm._ctx.close()  # free the first cache before allocating the second
         llm._ctx = llm._stack.enter_context(
             contextlib.closing(

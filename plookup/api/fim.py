@@ -24,10 +24,11 @@ from typing import NamedTuple, Optional, Sequence
 
 import llama_cpp
 
+from ..draft.sizing import LLAMA_SERVER_N_BATCH, fim_budget
+
 CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"  # between chunks, for a model without a file separator
 REPO_NAME = "myproject\n"  # llama-server's: its clients send no repository name
 FILE_NAME = "filename\n"  # ... nor the name of the file being edited
-LLAMA_SERVER_N_BATCH = 2048  # llama-server's default --batch-size
 
 
 class FimTokens(NamedTuple):
@@ -62,19 +63,6 @@ def check_fim(llm, model_name: str) -> FimTokens:
         raise ValueError(f"infill is not supported by the model {model_name}: its vocabulary has no FIM "
                          f"{', '.join(missing)} token{'s' if len(missing) > 1 else ''}")
     return tokens
-
-
-class FimBudget(NamedTuple):
-    prefix: int  # the most tokens kept of the text before the cursor (its last ones)
-    suffix: int  # ... of the text after it (its first ones)
-    chunks: int  # ... of the other files' chunks (the newest)
-
-
-def fim_budget(n_batch: int, n_ctx: int, n_predict: int, n_prompt: int) -> FimBudget:
-    """llama-server's split of a FIM prompt (format_prompt_infill): 3/4 of the batch for the prefix,
-    1/4 less the prompt's tokens and two for the suffix, and what the slot's context leaves after a
-    batch and twice the tokens to predict (-1: none) for the other files' chunks."""
-    return FimBudget(3 * (n_batch // 4), max(0, n_batch // 4 - (2 + n_prompt)), max(0, n_ctx - n_batch - 2 * n_predict))
 
 
 def infill_prompt(

@@ -12,6 +12,7 @@ from typing import Optional
 from ..api.load import AUTO_GPU_LAYERS
 from ..draft.drafters import DRAFTERS, make_drafter
 from ..draft.index_drafter import DEFAULT_MAX_DRAFT
+from ..draft.sizing import LLAMA_CPP_N_BATCH, LLAMA_SERVER_N_BATCH
 from ..index.memory import DEFAULT_MEMORY_TOKENS, GlobalMemory, vocabulary_id
 from . import llama_cli
 from .models import resolve_model
@@ -43,9 +44,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
              "build has a GPU backend, e.g. `make GPU=cuda`; none on a CPU build)",
     )
     parser.add_argument("-b", "--batch-size", dest="n_batch", type=llama_cli.positive, metavar="N",
-                        help="llama.cpp's logical batch: the most tokens a decode takes (default llama_cpp's 512)")
+                        help=f"llama.cpp's logical batch: the most tokens a decode takes (default: serve "
+                             f"{LLAMA_SERVER_N_BATCH}, as llama-server; the others {LLAMA_CPP_N_BATCH}, llama_cpp's)")
     parser.add_argument("-ub", "--ubatch-size", dest="n_ubatch", type=llama_cli.positive, metavar="N",
-                        help="llama.cpp's physical batch, at most -b (default 512)")
+                        help=f"llama.cpp's physical batch, at most -b (default {LLAMA_CPP_N_BATCH})")
     parser.add_argument(
         "--max-draft", "--draft-max", "--draft", "--draft-n", "--spec-draft-n-max", "--spec-ngram-mod-n-max",
         dest="max_draft", type=llama_cli.non_negative, default=DEFAULT_MAX_DRAFT, metavar="N",

@@ -1,4 +1,11 @@
-"""Several slots' drafts sized together for the step they share: one home for draft sizing.
+"""Sizing, in one home: what a load and a step decide from the settings and the measured curve.
+
+- the batch's defaults (llama-server's :data:`LLAMA_SERVER_N_BATCH` for ``serve``, llama_cpp's
+  :data:`LLAMA_CPP_N_BATCH` elsewhere; llama.cpp clamps a ubatch to the batch);
+- the context's cells per slot and in all (:func:`context_layout`);
+- the longest draft a generation may verify in a step (:func:`room`, :func:`draft_limit`);
+- a FIM prompt's parts (:func:`fim_budget`, llama-server's ``format_prompt_infill``);
+- and several slots' drafts sized together for the step they share (below).
 
 A step verifies every decoding slot's pending token and draft in one ``llama_decode``; its cost is
 the batch's, so the drafts are sized together for the expected tokens per cost of the whole step:
@@ -17,12 +24,74 @@ Two layouts of the cache, two step costs:
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from ..native.draft_length import batch_cost, equal_split_cost, size_batch_drafts, size_stream_drafts
 from .policy import validate_cost_curve
+
+# -- the sizes a load decides
+
+LLAMA_SERVER_N_BATCH = 2048  # llama-server's default --batch-size (`plookup serve`'s default too)
+LLAMA_CPP_N_BATCH = 512  # llama_cpp.Llama's default n_batch and n_ubatch (plookup.Llama's)
+
+
+class ContextLayout(NamedTuple):
+    n_ctx: int  # cells in the whole cache
+    n_seq_max: int  # sequences: one per slot, and one per slot for a draft's second branch where unified
+    unified: bool  # one cache shared by every sequence; else a KV stream per slot
+
+
+def context_layout(n_ctx_per_slot: int, parallel: int, streams: bool) -> ContextLayout:
+    """The cache for `parallel` slots, each with the whole `n_ctx_per_slot` window (llama-server
+    divides its -c among its slots; plookup gives each slot -c): with `streams` a KV stream per
+    slot and no branch sequence, else one unified cache where every slot has a second sequence for
+    a draft's branch, sharing cells with the first."""
+    return ContextLayout(parallel * n_ctx_per_slot, parallel if streams else 2 * parallel, not streams)
+
+
+# -- the longest draft a step may verify
+
+
+def room(n_ctx: int, n: int) -> int:
+    """Draft tokens that fit behind a slot's pending token when its cells hold `n`, so that prompt
+    + output stays <= n_ctx, as llama_cpp caps it (the token sampled last is never evaluated); < 0:
+    the context is full."""
+    return n_ctx - n - 2
+
+
+def draft_limit(room_left: int, n_batch: int, n_decoding: int, reserve: int,
+                tokens_left: Optional[int] = None, n_max: Optional[int] = None) -> int:
+    """The longest draft a generation may verify in a step: `room_left` in its context (:func:`room`),
+    the batch less a row for each decoding generation's pending token and the `reserve` rows of
+    others (prompt chunks, fillers), its caller's `tokens_left` (a step emits accepted + 1), its
+    request's `n_max`."""
+    limit = min(room_left, n_batch - n_decoding - reserve)
+    if tokens_left is not None:
+        limit = min(limit, tokens_left - 1)
+    if n_max is not None:
+        limit = min(limit, n_max)
+    return limit
+
+
+# -- a FIM prompt's parts
+
+
+class FimBudget(NamedTuple):
+    prefix: int  # the most tokens kept of the text before the cursor (its last ones)
+    suffix: int  # ... of the text after it (its first ones)
+    chunks: int  # ... of the other files' chunks (the newest)
+
+
+def fim_budget(n_batch: int, n_ctx: int, n_predict: int, n_prompt: int) -> FimBudget:
+    """llama-server's split of a FIM prompt (format_prompt_infill): 3/4 of the batch for the prefix,
+    1/4 less the prompt's tokens and two for the suffix, and what the slot's context leaves after a
+    batch and twice the tokens to predict (-1: none) for the other files' chunks."""
+    return FimBudget(3 * (n_batch // 4), max(0, n_batch // 4 - (2 + n_prompt)), max(0, n_ctx - n_batch - 2 * n_predict))
+
+
+# -- several slots' drafts sized together
 
 
 def probability_table(probabilities: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

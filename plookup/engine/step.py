@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-from ..draft.sizing import fillers_worth_adding, size_batch, size_streams
+from ..draft.sizing import draft_limit, fillers_worth_adding, room, size_batch, size_streams
 from ..draft.values import NO_DRAFT, Draft
 from ..verify.rows import last_row_logits, sequence_rows, verify_rows
 from .slot import Generation, Slot
@@ -113,9 +113,8 @@ class Step:
                                          accepted, sum(len(chunk.what) for chunk in chunks)))
 
     def room(self, slot: Slot) -> int:
-        """Draft tokens that fit behind the slot's pending token so that prompt + output stays
-        <= n_ctx, as llama_cpp caps it (the token sampled last is never evaluated); < 0: full."""
-        return self.context.n_ctx - slot.n - 2
+        """Draft tokens that fit behind the slot's pending token (:func:`plookup.draft.sizing.room`); < 0: full."""
+        return room(self.context.n_ctx, slot.n)
 
     # -- rows in
 
@@ -237,14 +236,10 @@ class Step:
         return [NO_DRAFT if len(d) < gen.call.speculative.n_min else d for gen, d in zip(decoding, drafts)]
 
     def _draft_limit(self, gen: Generation, n_decoding: int, reserve: int) -> int:
-        """The longest draft the generation may verify: room in its context and the batch, its
-        caller's max_tokens, its request's n_max."""
-        limit = min(self.room(gen.slot), self.context.n_batch - n_decoding - reserve)
-        if gen.call.max_tokens is not None:  # a step emits accepted + 1 tokens
-            limit = min(limit, gen.call.max_tokens - gen.emitted - 1)
-        if gen.call.speculative.n_max is not None:
-            limit = min(limit, gen.call.speculative.n_max)
-        return limit
+        """The longest draft the generation may verify (:func:`plookup.draft.sizing.draft_limit`)."""
+        left = None if gen.call.max_tokens is None else gen.call.max_tokens - gen.emitted
+        return draft_limit(self.room(gen.slot), self.context.n_batch, n_decoding, reserve, left,
+                           gen.call.speculative.n_max)
 
     # -- one decode
 

@@ -12,7 +12,7 @@ import time
 
 from .. import llama_cli
 from ... import log
-from ...api.fim import LLAMA_SERVER_N_BATCH
+from ...draft.sizing import LLAMA_SERVER_N_BATCH
 from ...api.rpc import EXIT_RPC_LOST
 from ...api.rpc_lost import lost_servers
 from ..options import add_drafter_option, add_model_options, load_llama, load_scopes, save_memory
