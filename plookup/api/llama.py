@@ -168,7 +168,7 @@ class Llama(Readings, Views):
     def cache_reuse(self, tokens: int) -> None:
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise ValueError(f"cache_reuse must be an integer >= 0 (tokens), got {tokens!r}")
-        if tokens and not self._engine.can_shift:
+        if tokens and not self._engine.context.can_shift:
             raise ValueError(f"cache_reuse={tokens}: {self.model_path}'s memory cannot shift its cells; use 0")
         self._engine.cache_reuse = tokens
 

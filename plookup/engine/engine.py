@@ -54,7 +54,6 @@ class Engine:
         # Backend greedy chains on the slots whose latest generation sampled with them (attaching
         # or detaching costs a graph reserve: see plookup.verify.backend).
         self.chains = context.backend_chains()
-        self.can_shift = context.can_shift
         self.verdicts = Verdicts(context, accept, self.evaluate_afresh)
         self.step = Step(context, self.slots, self.verdicts, model, streams, shared_exact)
         self.admission = Admission(context, self.slots, self.chains, model, self.step.run)

@@ -226,20 +226,20 @@ def instruct_sessions(count: int, seed: int, chunks: int, turns: int,
 # -- llama.vim's requests
 
 
-def fim_body(case: FimCase, budget_ms: int) -> dict:
-    """llama.vim's /infill body (s:fim_ctx_local, llama#fim) for the cursor on the empty line,
-    greedy; `budget_ms` 0: no time budget."""
-    prefix = case.before.splitlines()[-N_PREFIX:]
-    suffix = case.after[1:].splitlines()[:N_SUFFIX]
+def infill_body(prefix: str, suffix: str, extra: list, prompt: str, indent: int, t_max_predict_ms: int) -> dict:
+    """llama#fim's /infill body, greedy (``temperature`` after its samplers), with the timings the
+    bench reads: `prefix` and `suffix` as s:fim_ctx_local cuts them, `extra` the ring's chunks
+    (``[{text, filename}]``), `prompt` the cursor's line up to the cursor, `indent` a whitespace
+    line's indent."""
     return {
         "id_slot": 0,
-        "input_prefix": "\n".join(prefix) + "\n",
-        "input_suffix": "" + "\n" + "\n".join(suffix) + "\n",  # the cursor's line's rest (none), then the lines after
-        "input_extra": [{"text": text, "filename": name} for name, text in case.extra],
-        "prompt": "",  # the cursor's line up to the cursor: a whitespace line counts as empty
+        "input_prefix": prefix,
+        "input_suffix": suffix,
+        "input_extra": extra,
+        "prompt": prompt,
         "n_predict": N_PREDICT,
         "stop": [],
-        "n_indent": 0,  # a whitespace line's indent, for llama.vim
+        "n_indent": indent,
         "top_k": 40,
         "top_p": 0.90,
         "samplers": FIM_SAMPLERS,
@@ -247,9 +247,24 @@ def fim_body(case: FimCase, budget_ms: int) -> dict:
         "stream": False,
         "cache_prompt": True,
         "t_max_prompt_ms": T_MAX_PROMPT_MS,
-        "t_max_predict_ms": budget_ms,
+        "t_max_predict_ms": t_max_predict_ms,
         "response_fields": RESPONSE_FIELDS + BENCH_FIELDS,
     }
+
+
+def fim_body(case: FimCase, budget_ms: int) -> dict:
+    """llama.vim's /infill body (s:fim_ctx_local, llama#fim) for the cursor on the empty line,
+    greedy; `budget_ms` 0: no time budget."""
+    prefix = case.before.splitlines()[-N_PREFIX:]
+    suffix = case.after[1:].splitlines()[:N_SUFFIX]
+    return infill_body(
+        "\n".join(prefix) + "\n",
+        "" + "\n" + "\n".join(suffix) + "\n",  # the cursor's line's rest (none), then the lines after
+        [{"text": text, "filename": name} for name, text in case.extra],
+        "",  # the cursor's line up to the cursor: a whitespace line counts as empty
+        0,  # a whitespace line's indent, for llama.vim
+        budget_ms,
+    )
 
 
 def instruct_messages(session: InstructSession) -> list[dict]:

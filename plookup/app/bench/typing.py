@@ -83,16 +83,13 @@ from typing import Callable, Generator, Optional, Sequence
 
 from ..tables import grid
 from .editor import (
-    BENCH_FIELDS,
-    FIM_SAMPLERS,
-    N_PREDICT,
     N_PREFIX,
     N_SUFFIX,
-    RESPONSE_FIELDS,
     RING_CHUNK_SIZE,
     T_MAX_PROMPT_MS,
     Server,
     functions,
+    infill_body,
     release_files,
 )
 
@@ -299,26 +296,8 @@ class Ring:
 def fim_body(ctx: dict, extra: list, t_max_predict_ms: int) -> dict:
     """llama#fim's request, greedy (see the module's docstring); `model` is there because
     llama.vim tests ``len("g:llama_config.model_fim")``, the name's length, and sends its empty default."""
-    return {
-        "id_slot": 0,
-        "input_prefix": ctx["prefix"],
-        "input_suffix": ctx["suffix"],
-        "input_extra": extra,
-        "prompt": ctx["middle"],
-        "n_predict": N_PREDICT,
-        "stop": [],
-        "n_indent": ctx["indent"],
-        "top_k": 40,
-        "top_p": 0.90,
-        "samplers": FIM_SAMPLERS,
-        "temperature": 0.0,
-        "stream": False,
-        "cache_prompt": True,
-        "t_max_prompt_ms": T_MAX_PROMPT_MS,
-        "t_max_predict_ms": t_max_predict_ms,
-        "response_fields": RESPONSE_FIELDS + BENCH_FIELDS,
-        "model": "",
-    }
+    body = infill_body(ctx["prefix"], ctx["suffix"], extra, ctx["middle"], ctx["indent"], t_max_predict_ms)
+    return {**body, "model": ""}
 
 
 def warm_up_body(extra: list) -> dict:
