@@ -89,3 +89,18 @@ def test_llama_vims_server_command(model_path):
         status, answer = call(url, "/infill", {"input_prefix": "def add(a, b):\n    return ", "input_suffix": "\n",
                                                "n_predict": 4, "temperature": 0})
         assert status == 200 and "content" in answer, log()
+
+
+def test_the_memory_file_is_written_when_the_server_is_stopped(tmp_path):
+    """--memory PATH keeps what was served across a restart: stopped by SIGTERM (started() ends
+    with one), the server writes it in its shutdown, which uvicorn runs before raising the signal
+    again (anything after its run() never runs then)."""
+    from plookup.index.memory import GlobalMemory
+
+    path = tmp_path / "memory.npz"
+    with started(["-m", "smollm2", "-c", "512", "--memory", str(path)], {}) as (url, log):
+        status, answer = call(url, "/v1/completions", {"prompt": "1, 2, 3, 4,", "max_tokens": 6, "temperature": 0})
+        assert status == 200 and not path.exists()
+    usage = answer["usage"]
+    memory = GlobalMemory.load(path)
+    assert memory.documents == 1 and len(memory) == usage["prompt_tokens"] + usage["completion_tokens"]

@@ -332,18 +332,18 @@ LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 
 
 def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None,
-               cors_origins: Sequence[str] = ANY_ORIGIN) -> FastAPI:
+               cors_origins: Sequence[str] = ANY_ORIGIN, on_shutdown: Callable[[], None] = lambda: None) -> FastAPI:
     """The app serving `llm` as `model_name` to every request, whatever ``model`` it names; a browser page
     from one of `cors_origins` may call it too: "*" any (llama-server's default), "localhost" this
-    machine's pages, () none (same-origin only)."""
+    machine's pages, () none (same-origin only). `on_shutdown()` runs when the server shuts down."""
     metrics = Metrics(ROUTES | LLAMA_ROUTES)
     metrics.watch_model(llm)
     service = Service(llm, model_name, limits, metrics, keyed=bool(api_key))
-    created = int(time.time())
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         service.lost.start()  # on the server's event loop
         yield
+        on_shutdown()
 
     app = FastAPI(title="plookup", lifespan=lifespan)
     app.state.memories = service.memories  # the serve command keeps them (--memory)
@@ -373,7 +373,7 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
             body.top_logprobs = 0  # OpenAI's logprobs without alternatives (llama_cpp's handler gives none)
         return await service.respond(request, body, "create_chat_completion")
 
-    listing = model_listing(llm, model_name, created)
+    listing = model_listing(llm, model_name, int(time.time()))
 
     @app.get("/v1/models")
     async def models():

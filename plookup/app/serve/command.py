@@ -115,28 +115,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.chat_template:
         llama_cli.use_chat_template(llm, args.chat_template)
     limits = Limits(args.max_body_bytes, args.max_prediction_tokens, args.max_queue, n_predict=args.n_predict)
-    app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, keys, args.cors_origins)
+    lost = threading.Event()  # set once an RPC server holding layers is lost (watch_rpc)
+
+    def keep_memory() -> None:
+        # In the app's shutdown: uvicorn raises a SIGINT or SIGTERM again once it has shut down,
+        # so nothing after server.run() runs then. A lost RPC server keeps nothing (the model
+        # cannot be freed; a supervisor restarts the server).
+        if not lost.is_set():
+            save_memory(args, llm, app.state.memories)
+
+    app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, keys, args.cors_origins,
+                     on_shutdown=keep_memory)
     load_scopes(args, llm.model_path, app.state.memories)
     place = dict(uds=args.host) if args.host.endswith(".sock") else dict(host=args.host, port=args.port)
     server = uvicorn.Server(uvicorn.Config(app, **place))
-    lost = watch_rpc(llm, server)
+    watch_rpc(llm, server, lost)
     where = args.host if "uds" in place else f"http://{args.host}:{args.port}"
     log.log.info("ready: serving %s at %s (%.1f s since the start)", app.state.model_name, where, time.monotonic() - started)
-    server.run()  # returns on a clean shutdown (SIGINT, SIGTERM), or once an RPC server is lost
-    if lost.is_set():
-        return EXIT_RPC_LOST  # for a supervisor to restart it; nothing kept (the model cannot be freed)
-    save_memory(args, llm, app.state.memories)
-    return 0
+    server.run()  # returns once an RPC server is lost; on SIGINT or SIGTERM, uvicorn re-raises the signal
+    return EXIT_RPC_LOST if lost.is_set() else 0
 
 
-def watch_rpc(llm, server, every_s: float = 2.0) -> threading.Event:
-    """Set once one of the model's RPC servers is lost while the server idles (mid-generation ggml's
-    client exits the process itself, plookup.api.rpc): the server then shuts down, /health saying
-    why meanwhile (plookup.app.serve.lost)."""
-    lost = threading.Event()
+def watch_rpc(llm, server, lost: threading.Event, every_s: float = 2.0) -> None:
+    """Set `lost` once one of the model's RPC servers is lost while the server idles (mid-generation
+    ggml's client exits the process itself, plookup.api.rpc): the server then shuts down, /health
+    saying why meanwhile (plookup.app.serve.lost)."""
     endpoints = getattr(getattr(llm, "rpc_devices", None), "endpoints", None)
     if not endpoints:
-        return lost
+        return
 
     def watch():
         while not server.should_exit:
@@ -150,4 +156,3 @@ def watch_rpc(llm, server, every_s: float = 2.0) -> threading.Event:
             time.sleep(every_s)
 
     threading.Thread(target=watch, name="plookup-rpc-watch", daemon=True).start()
-    return lost
