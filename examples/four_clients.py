@@ -10,8 +10,9 @@ threads (a client sends its next request when its answer is back), and reads the
 run and each answer's own `timings` (prompt_n, prompt_ms, predicted_ms, draft_n, draft_n_accepted):
 where the wall goes per request, on both servers. Both keep `cache_prompt` at its default (a slot
 reuses the prefix it holds: the chat template's first tokens), and the warm-up request shares
-nothing with the workloads beyond that. Runs alternate between the systems (ABAB...), so the
-machine's drift falls on both.
+nothing with the workloads beyond that; both keep their default flash attention (-fa auto, which
+llama.cpp turns on here). Runs alternate between the systems (ABAB...), so the machine's drift
+falls on both.
 """
 
 from __future__ import annotations

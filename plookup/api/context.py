@@ -86,8 +86,10 @@ def recreate_context(llm, parallel: int, streams: bool = False) -> None:
     `streams`, each of `parallel` sequences has a stream of n_ctx cells and no second branch.
     Its decodes stay on one thread (:mod:`plookup.engine.decode_thread`)."""
     params = llm.context_params
-    # (unless llama_cpp made one already, e.g. in its embedding mode)
-    if not (parallel == 1 and params.n_seq_max >= 2 and params.kv_unified and params.n_outputs_max_per_seq == 0):
+    # (unless llama_cpp made one already, e.g. in its embedding mode; it never makes one with
+    # llama.cpp's own choice of flash attention: plookup.api.load.load_model)
+    made = params.n_seq_max >= 2 and params.kv_unified and params.n_outputs_max_per_seq == 0
+    if not (parallel == 1 and made and params.flash_attn_type != llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO):
         params.n_outputs_max_per_seq = 0  # n_batch: a backend chain samples every row of a verify step
         layout = context_layout(llm._n_ctx, parallel, streams)
         params.n_seq_max, params.kv_unified = layout.n_seq_max, layout.unified

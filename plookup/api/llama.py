@@ -86,6 +86,8 @@ class Llama(Readings, Views):
     - ``cache_reuse``: after the common prefix, reuse cached chunks of at least this many tokens
       found further on in a new prompt by shifting their cells into place, as llama-server's
       ``--cache-reuse`` (default 0: the common prefix only; :mod:`plookup.engine.reuse`).
+    - ``flash_attn``: llama_cpp's bool, or "auto": the doctor's choice for the model, else
+      llama.cpp's own (on where the backend has the kernel), as llama-server's ``-fa auto``.
     - ``corpus``: also draft from a static corpus (a path ``plookup corpus build`` wrote, or a
       :class:`~plookup.index.corpus.CorpusIndex`); suffix drafter only.
 

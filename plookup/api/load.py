@@ -97,6 +97,8 @@ def check_arguments(model_path: str, max_draft: Optional[int], parallel, exactne
         raise ValueError(f"parallel must be an integer >= 1, got {parallel!r}")
     if exactness not in ("auto", None):
         raise ValueError(f'exactness must be "auto" or None, got {exactness!r}')
+    if kwargs.get("flash_attn", False) not in (True, False, "auto"):
+        raise ValueError(f'flash_attn must be True, False or "auto", got {kwargs["flash_attn"]!r}')
     if kwargs.get("draft_model") is not None:
         raise ValueError(
             "plookup.Llama drafts by itself: pass drafter=plookup.SuffixDrafter() instead of "
@@ -112,11 +114,12 @@ def check_arguments(model_path: str, max_draft: Optional[int], parallel, exactne
 
 def doctor_settings(model_path: str, exactness, use_extra_bufts: Optional[bool], kwargs: dict):
     """(the settings under which ``plookup doctor`` measured verify batches exact, or None; whether
-    to repack the weights): their flash attention the default in `kwargs`, their tiling set for
-    ggml, unless `exactness` is None."""
+    to repack the weights): their flash attention in `kwargs` where it gives none or "auto", their
+    tiling set for ggml, unless `exactness` is None."""
     settings = recommended_settings(model_path) if exactness == "auto" else None
     if settings is not None:  # plookup doctor measured verify batches exact with these
-        kwargs.setdefault("flash_attn", settings.flash_attn)
+        if kwargs.get("flash_attn", "auto") == "auto":
+            kwargs["flash_attn"] = settings.flash_attn
         if not settings.tiled:
             os.environ.setdefault(TILED_ENV, "0")  # read by ggml at the process's first matmul
     repack = use_extra_bufts if use_extra_bufts is not None else settings is None or settings.repack
@@ -125,7 +128,19 @@ def doctor_settings(model_path: str, exactness, use_extra_bufts: Optional[bool],
 
 def load_model(llm, model_path: str, args, kwargs: dict, repack: bool) -> None:
     """llama_cpp.Llama's loading of `llm`, its layers on the RPC servers that ``rpc_servers`` in
-    `kwargs` names, if any (llama_cpp.Llama takes that argument and ignores it)."""
+    `kwargs` names, if any (llama_cpp.Llama takes that argument and ignores it). With
+    ``flash_attn="auto"``, llama.cpp's own choice, as llama-server's ``-fa auto``: llama_cpp.Llama
+    takes a bool, so its context is made without, and the engine's context
+    (:func:`plookup.api.context.recreate_context`) with LLAMA_FLASH_ATTN_TYPE_AUTO."""
+    auto_flash = kwargs.get("flash_attn") == "auto"
+    if auto_flash:
+        kwargs["flash_attn"] = False
+    _load(llm, model_path, args, kwargs, repack)
+    if auto_flash:
+        llm.context_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+
+
+def _load(llm, model_path: str, args, kwargs: dict, repack: bool) -> None:
     servers = kwargs.pop("rpc_servers", None)
     llm.rpc_devices = None
     if not servers:

@@ -98,7 +98,7 @@ TRUTHY, FALSY = ("on", "enabled", "true", "1"), ("off", "disabled", "false", "0"
 
 def flash_attn(text: str) -> str:
     """-fa on|off|auto (arg.cpp's spellings of each too); auto: plookup's choice, which is the
-    doctor's for the model, else llama_cpp's (off)."""
+    doctor's for the model, else llama.cpp's own, as llama-server's (plookup.api.load.load_model)."""
     word = text.strip().lower()
     if word in TRUTHY:
         return "on"

@@ -55,8 +55,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "-fa", "--flash-attn", type=llama_cli.flash_attn, nargs="?", const="on", metavar="on|off|auto",
-        help="llama.cpp's flash attention; alone: on (default auto: what `plookup doctor` chose for the model, "
-             "else llama_cpp's off; on was 19%% faster on 2 cores with SmolLM2 at 2 slots)",
+        help="llama.cpp's flash attention; alone: on; auto: what `plookup doctor` chose for the model, else "
+             "llama.cpp's own choice, as llama-server's (on where the backend has the kernel) (default: auto for "
+             "serve, as llama-server; else the doctor's choice, else llama_cpp's off)",
     )
     parser.add_argument("-ctk", "--cache-type-k", dest="type_k", type=llama_cli.cache_type, metavar="TYPE",
                         help=f"KV cache type of K: {', '.join(llama_cli.CACHE_TYPES)} (default f16)")
@@ -128,8 +129,10 @@ def model_kwargs(args: argparse.Namespace) -> dict:
             kwargs[name] = getattr(args, name)
     if getattr(args, "use_mlock", False):
         kwargs["use_mlock"] = True
-    if getattr(args, "flash_attn", None) in ("on", "off"):  # else (auto) the model's own choice (doctor) stands
+    if getattr(args, "flash_attn", None) in ("on", "off"):
         kwargs["flash_attn"] = args.flash_attn == "on"
+    elif getattr(args, "flash_attn", None) == "auto":  # the doctor's choice, else llama.cpp's (plookup.Llama)
+        kwargs["flash_attn"] = "auto"
     if getattr(args, "backend_sampling", None) is not None:  # plookup.Llama's own (see llama_cpp_kwargs)
         kwargs["backend_sampling"] = args.backend_sampling == "on"
     if getattr(args, "rpc", None):
@@ -146,6 +149,8 @@ def llama_cpp_kwargs(kwargs: dict) -> dict:
     from ..api.load import gpu_layers
 
     kept = {k: v for k, v in kwargs.items() if k not in ("backend_sampling", "rpc_servers")}
+    if kept.get("flash_attn") == "auto":  # llama_cpp.Llama takes a bool: on, what llama.cpp's auto
+        kept["flash_attn"] = True  # resolves to wherever the backend has the kernel (CPU, CUDA, Metal)
     kept["n_gpu_layers"] = gpu_layers(kwargs.get("n_gpu_layers", AUTO_GPU_LAYERS), bool(kwargs.get("rpc_servers")))
     return kept
 

@@ -379,6 +379,23 @@ def test_swa_full_false_is_overridden_with_a_warning(model_path):
     assert llm.context_params.swa_full is True
 
 
+def test_flash_attention_auto_is_llama_cpps_own_choice_as_llama_servers(model_path):
+    """flash_attn="auto" (serve's default, llama-server's -fa auto) asks llama.cpp, which turns it on
+    where the backend has the kernel, as on this CPU: the same logits as on, other than off's."""
+
+    def last_row(flash_attn):
+        llm = plookup.Llama(model_path["smollm2"], flash_attn=flash_attn, cost_curve=None, exactness=None,
+                            **LLAMA_KWARGS)
+        llm.eval(llm.tokenize(b"def fibonacci(n):\n    if n < 2:\n        return n\n    return"))
+        return llm.context_params.flash_attn_type, np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)).copy()
+
+    (auto_type, auto), (_, on), (_, off) = last_row("auto"), last_row(True), last_row(False)
+    assert auto_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+    assert np.array_equal(auto, on) and not np.array_equal(auto, off)
+    with pytest.raises(ValueError, match='flash_attn must be True, False or "auto"'):
+        plookup.Llama(model_path["smollm2"], flash_attn="yes", **LLAMA_KWARGS)
+
+
 # -- Predicted Outputs: the accounting past the exact-matching bound; the answer with a prediction
 
 

@@ -131,3 +131,22 @@ def test_the_command_measures_batches_up_to_its_max_draft(tmp_path, monkeypatch,
     assert cli.main(["doctor"]) == 0 and asked == [DEFAULT_MAX_N] * 5
     assert cli.main(["doctor", "--max-draft", "0"]) == 1 and not asked[5:]
     assert "--max-draft" in capsys.readouterr().err
+
+
+def test_the_doctors_settings_apply_at_load_where_flash_attention_is_left_to_plookup(monkeypatch):
+    """A model the doctor measured exact with flash attention off and the tiled kernel off loads so
+    where flash_attn is not given or "auto" (serve's default); a bool given wins, and the tiled
+    kernel's setting applies either way."""
+    from plookup.api import load
+    from plookup.measure.settings import TILED_ENV, Settings
+
+    monkeypatch.setattr(load, "recommended_settings", lambda path: Settings(flash_attn=False, tiled=False))
+    monkeypatch.setenv(TILED_ENV, "1")  # (so that the test's end restores the environment it found)
+    for given, expected in ((None, False), ("auto", False), (True, True), (False, False)):
+        monkeypatch.delenv(TILED_ENV)
+        kwargs = {} if given is None else {"flash_attn": given}
+        load.doctor_settings("model.gguf", "auto", None, kwargs)
+        assert kwargs["flash_attn"] is expected and load.os.environ[TILED_ENV] == "0", given
+    kwargs = {"flash_attn": "auto"}  # without the doctor's settings, auto stays llama.cpp's own
+    load.doctor_settings("model.gguf", None, None, kwargs)
+    assert kwargs == {"flash_attn": "auto"}

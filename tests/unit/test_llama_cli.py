@@ -95,7 +95,9 @@ def test_the_defaults_are_llama_servers_where_plookup_has_none_of_its_own():
     assert args.n_gpu_layers == "auto" and args.n_predict == -1 and args.cache_reuse == 0
     assert args.n_ctx == 4096 and args.parallel == 1 and args.max_draft == 64  # plookup's own
     assert args.n_batch == 2048  # llama-server's -b, which also sizes its FIM prompts
-    assert args.flash_attn is None and args.n_ubatch is None and args.llama_notes is None
+    assert args.flash_attn == "auto"  # llama-server's -fa auto: the doctor's choice, else llama.cpp's
+    assert args.n_ubatch is None and args.llama_notes is None
+    assert cli.parse(["bench"]).flash_attn is None  # elsewhere the doctor's choice, else llama_cpp's off
 
 
 def test_what_has_no_effect_here_is_said_once_read():
@@ -112,9 +114,12 @@ def test_the_model_options_reach_llama_cpp(monkeypatch):
         n_ctx=512, n_threads=2, n_threads_batch=3, n_gpu_layers=7, n_batch=256, n_ubatch=128, flash_attn=True,
         type_k=8, type_v=8, use_mlock=True, use_mmap=False, verbose=False)
     plain = model_kwargs(serve("-m", "smollm2"))
-    assert "flash_attn" not in plain and "use_mlock" not in plain  # llama_cpp's own
-    assert plain["n_batch"] == 2048  # serve's, llama-server's
-    assert "flash_attn" not in model_kwargs(serve("-m", "smollm2", "-fa", "auto"))  # the doctor's choice, else off
+    assert "use_mlock" not in plain  # llama_cpp's own
+    assert plain["n_batch"] == 2048 and plain["flash_attn"] == "auto"  # serve's, llama-server's
+    assert model_kwargs(serve("-m", "smollm2", "-fa", "off"))["flash_attn"] is False
+    assert "flash_attn" not in model_kwargs(cli.parse(["bench", "-m", "smollm2"]))  # the doctor's, else off
+    # llama_cpp.Llama takes a bool: auto is on there, what llama.cpp's auto resolves to with the kernel
+    assert llama_cpp_kwargs(plain)["flash_attn"] is True
 
 
 def test_ctx_size_0_is_the_context_the_model_was_trained_with():

@@ -64,8 +64,10 @@ def register(commands) -> None:
     serve.add_argument("--max-queue", type=int, default=limits.max_queue,
                        help=f"requests waiting for the model, else 429 (default {limits.max_queue})")
     llama_cli.add_server_flags(serve)
-    # llama-server's default batch, which also sizes its FIM prompts (plookup.api.fim)
-    serve.set_defaults(func=cmd_serve, n_batch=LLAMA_SERVER_N_BATCH)
+    # llama-server's default batch, which also sizes its FIM prompts (plookup.api.fim), and its
+    # flash attention (-fa auto: on where the backend has the kernel; BENCHMARKS.md, "Four clients
+    # through each server's API", measures what leaving it off cost)
+    serve.set_defaults(func=cmd_serve, n_batch=LLAMA_SERVER_N_BATCH, flash_attn="auto")
 
 
 def origins(text: str) -> tuple[str, ...]:
