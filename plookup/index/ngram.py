@@ -1,7 +1,8 @@
 """`NgramIndex`: latest earlier occurrence and count of the trailing n-grams.
 
 Owns the arrays of `plookup.native.ngram_hash` (layout, hashing and memory are
-documented there) and grows them by doubling before each kernel call.
+documented there) and grows them by doubling before each kernel call; the history itself is an
+array of its own, grown alike, or a borrowed buffer that is never grown (`plookup.index.tokens`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..native import ngram_hash as ngh
-from .tokens import TokenArrays, as_token_array, raise_bad_token
+from .tokens import TokenArrays, raise_bad_token
 
 MAX_N = 64
 _INITIAL_SLOTS = 16
@@ -26,7 +27,7 @@ class NgramIndex(TokenArrays):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.n_min, self.n_max = int(n_min), int(n_max)
-        self._tokens = np.empty(int(capacity), np.int32)
+        self._own(int(capacity))
         self._keys = np.empty(_INITIAL_SLOTS, np.uint64)
         self._entries = np.empty((_INITIAL_SLOTS, 2), np.int32)
         self._earlier = np.empty((self.n_max + 1, 2), np.int64)
@@ -40,15 +41,7 @@ class NgramIndex(TokenArrays):
         return self._tokens, self._keys, self._entries, self._earlier, self._meta
 
     def _reserve(self, new_count: int) -> None:
-        """Room for `new_count` more tokens, and their worst-case new keys at load <= 0.5."""
-        needed = len(self) + new_count
-        if needed > self._tokens.size:
-            capacity = self._tokens.size
-            while capacity < needed:
-                capacity *= 2
-            tokens = self._tokens
-            self._tokens = np.empty(capacity, np.int32)
-            self._tokens[: len(tokens)] = tokens
+        """Room for the worst-case new keys of `new_count` more tokens at load <= 0.5."""
         entries_needed = int(self._meta[ngh.N_ENTRIES]) + new_count * (self.n_max - self.n_min + 1)
         if 2 * entries_needed > self._keys.size:
             slots = self._keys.size
@@ -59,8 +52,7 @@ class NgramIndex(TokenArrays):
             self._entries = np.empty((slots, 2), np.int32)
             ngh.ngram_rehash(old_keys, old_entries, self._keys, self._entries)
 
-    def extend(self, tokens) -> None:
-        new_tokens = as_token_array(tokens)
+    def _append(self, new_tokens: np.ndarray) -> None:
         self._reserve(new_tokens.size)
         bad = ngh.ngram_extend(
             new_tokens, self.n_min, self.n_max,
@@ -70,7 +62,7 @@ class NgramIndex(TokenArrays):
             raise_bad_token(new_tokens, bad)
 
     def reset(self) -> None:
-        """Forget the history; the grown arrays are kept for reuse."""
+        """Forget the history; the grown arrays (and a borrowed buffer) are kept for reuse."""
         ngh.ngram_reset(self._keys, self._earlier, self._meta)
 
     def lookup(self, n: int) -> tuple[int, int]:

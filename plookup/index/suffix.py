@@ -1,8 +1,9 @@
 """`SuffixIndex`: the token history in an online suffix automaton.
 
-Owns the arrays of `plookup.native.suffix_automaton` and grows them (by doubling)
-before each kernel call; see that module for the layout, the exactness limit
-(WALK_CAP) and the memory per token (116..140 bytes per token of capacity), and
+Owns the automaton's arrays of `plookup.native.suffix_automaton` and grows them (by doubling)
+before each kernel call; the history itself is an array of its own, grown alike, or a borrowed
+buffer that is never grown (`plookup.index.tokens`). See the kernels' module for the layout, the
+exactness limit (WALK_CAP) and the memory per token (116..140 bytes per token of capacity), and
 `plookup.native.suffix_automaton_query` for the queries.
 """
 
@@ -27,23 +28,23 @@ class SuffixIndex(TokenArrays):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self._meta = np.zeros(sam.SAM_META_SIZE, np.int64)
+        self._own(int(capacity))
         self._allocate(int(capacity))
         self.reset()
 
     def _allocate(self, capacity: int) -> None:
-        self._tokens = np.empty(capacity, np.int32)
+        """The automaton's arrays, for a history of `capacity` tokens."""
         self._states = np.empty((2 * capacity, sam.STATE_FIELDS), np.int32)
         self._edges = np.empty((3 * capacity, sam.EDGE_FIELDS), np.int32)
         self._slots = np.empty(_slot_count(capacity), np.int32)
 
     def _grow(self, needed: int) -> None:
-        capacity = self._tokens.size
+        capacity = len(self._states) // 2
         while capacity < needed:
             capacity *= 2
-        tokens, states, edges = self._tokens, self._states, self._edges
+        states, edges = self._states, self._edges
         n_states, n_edges = int(self._meta[sam.N_STATES]), int(self._meta[sam.N_EDGES])
         self._allocate(capacity)
-        self._tokens[: len(self)] = tokens[: len(self)]
         self._states[:n_states] = states[:n_states]
         self._edges[:n_edges] = edges[:n_edges]
         self._slots[:] = -1
@@ -55,10 +56,9 @@ class SuffixIndex(TokenArrays):
     def _arrays(self) -> tuple[np.ndarray, ...]:
         return self._tokens, self._states, self._edges, self._slots, self._meta
 
-    def extend(self, tokens) -> None:
-        new_tokens = as_token_array(tokens)
+    def _append(self, new_tokens: np.ndarray) -> None:
         needed = len(self) + new_tokens.size
-        if needed > self._tokens.size:
+        if needed > len(self._states) // 2:
             self._grow(needed)
         bad = sam.sam_extend(
             new_tokens, self._tokens, self._states, self._edges, self._slots, self._meta
@@ -67,7 +67,7 @@ class SuffixIndex(TokenArrays):
             raise_bad_token(new_tokens, bad)
 
     def reset(self) -> None:
-        """Forget the history; the grown arrays are kept for reuse."""
+        """Forget the history; the grown arrays (and a borrowed buffer) are kept for reuse."""
         sam.sam_reset(self._states, self._slots, self._meta)
 
     def match(self) -> tuple[int, int, int]:
