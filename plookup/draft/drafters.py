@@ -17,20 +17,22 @@ from ..index.memory import GlobalMemory
 from ..index.ngram import NgramIndex
 from ..index.suffix import SuffixIndex
 from .index_drafter import DEFAULT_MAX_DRAFT, IndexDrafter
-from .values import CORPUS, EMPTY, MEMORY, NO_CANDIDATE, REQUEST, Candidate
+from .values import CORPUS, EMPTY, MEMORY, REQUEST, Candidate
 
 
 class SuffixDrafter(IndexDrafter):
     """Drafts from the longest earlier match of the whole current suffix (a suffix automaton).
 
     With a ``memory`` (:class:`plookup.index.memory.GlobalMemory`, may be shared by several drafters),
-    the request's suffix is also matched against earlier requests, and the longer of the two
-    matches drafts (ties: the request's own). ``finish()`` adds the history to the memory.
+    the request's suffix is also matched against earlier requests, and the longest of the matches
+    drafts (ties: the request's own, then its prediction's). ``finish()`` adds the history to the
+    memory.
 
     With a ``corpus`` (:class:`plookup.index.corpus.CorpusIndex`, read only, may be shared), the last
     ``corpus_match`` tokens of the history are also looked up in it, one lookup per proposal; its
     continuation drafts when the policy expects more tokens per verify cost from it than from the
-    request's (or the memory's) candidate, each weighed by its own source's calibration.
+    request's (or its prediction's, or the memory's) candidate, each weighed by its own source's
+    calibration.
     """
 
     def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None, max_draft: int = DEFAULT_MAX_DRAFT,
@@ -39,7 +41,6 @@ class SuffixDrafter(IndexDrafter):
         self.memory = memory
         self.own_memory = memory  # drafted from unless a request brings its own (use_memory)
         self._cursor = memory.cursor() if memory is not None else None
-        self._fed = 0  # history tokens fed to the cursor since its start
         self.corpus: CorpusIndex | None = corpus
         # The most history tokens a corpus lookup matches, the request's own bound: longer matches
         # say little more (the policy's buckets are doubling lengths) and a lookup's cost grows with them.
@@ -55,11 +56,11 @@ class SuffixDrafter(IndexDrafter):
         if memory is not self.memory:
             self.memory = memory
             self._cursor = memory.cursor() if memory is not None else None
-            self._fed = 0
 
     def reset(self) -> None:
         super().reset()
-        self._fed = 0
+        if self._cursor is not None:
+            self._cursor.start()
 
     def _fresh(self) -> "SuffixDrafter":
         drafter = type(self)(self.policy.min_match, self.own_memory)  # the memory and the corpus are shared
@@ -68,37 +69,25 @@ class SuffixDrafter(IndexDrafter):
 
     def warm_up(self) -> None:
         super().warm_up()
-        if self.memory is not None:  # the memory may not match yet: load its kernels anyway
-            scratch = GlobalMemory(8)
-            scratch.add([1, 2])
-            cursor = scratch.cursor()
-            cursor.feed([1])
-            cursor.continuation(1)
         if self.corpus is not None:
             self.corpus.warm_up()
 
     def finish(self) -> None:
+        super().finish()
         if self.memory is not None:
             self.memory.add(self.index.tokens)
 
-    def _memory_match(self) -> int:
-        """Catch the cursor up with the history (lazily: one kernel call per proposal) and
-        return its match length. A reset history or a changed memory restarts it."""
-        cursor = self._cursor
-        if cursor.stale or self._fed == 0 or self._fed > len(self.index):
-            cursor.start()
-            self._fed = 0
-        cursor.feed(self.index.tokens[self._fed :])
-        self._fed = len(self.index)
-        return cursor.match_length()
+    def _sources(self):
+        sources = super()._sources()  # the request's prediction, whose ties go before the memory's
+        return sources if self._cursor is None else [*sources, (MEMORY, self._cursor)]
 
     def _alternative(self, candidate: Candidate, branch_point: int, max_len: int):
         if candidate.source != REQUEST:
-            return EMPTY, EMPTY  # the memory's cursor drafts a single branch
+            return EMPTY, EMPTY  # a cursor (the prediction's, the memory's) drafts a single branch
         return self.index.alternative(branch_point, max_len)
 
     def _candidate(self, max_draft: int) -> Candidate:
-        """The best of the request's own match, the memory's and the corpus's."""
+        """The best of the request's own match, its prediction's, the memory's and the corpus's."""
         own = self._own_candidate(max_draft)
         if self.corpus is None:
             return own
@@ -108,22 +97,12 @@ class SuffixDrafter(IndexDrafter):
         corpus = Candidate(found.tokens, found.agree, found.length, CORPUS)
         if own.match_length == 0:
             return corpus
-        value = self.policy.value  # each by its own calibration; ties: the request's (or the memory's)
+        value = self.policy.value  # each by its own calibration; ties: the request's (or another source's)
         if value(corpus.match_length, corpus.agree, CORPUS) > value(own.match_length, own.agree, own.source):
             return corpus
         return own
 
-    def _own_candidate(self, max_draft: int) -> Candidate:
-        """The request's own match, or the memory's when that is longer (the better one wins)."""
-        length, _, _ = self.index.match()
-        if self._cursor is not None:
-            memory_length = self._memory_match()
-            if memory_length > length and memory_length >= self.policy.min_match:
-                tokens, agree = self._cursor.continuation(max_draft)
-                if tokens.size:
-                    return Candidate(tokens, agree, memory_length, MEMORY)
-        if length < self.policy.min_match:
-            return NO_CANDIDATE
+    def _continuation(self, length: int, max_draft: int) -> Candidate:
         tokens, agree = self.index.continuation(max_draft)
         return Candidate(tokens, agree, length, REQUEST)
 
@@ -141,12 +120,16 @@ class NgramDrafter(IndexDrafter):
     def _fresh(self) -> "NgramDrafter":
         return type(self)(self.index.n_min, self.index.n_max)
 
-    def _candidate(self, max_draft: int) -> Candidate:
-        n, end, _ = self.index.match()
-        if n < self.policy.min_match:
-            return NO_CANDIDATE
+    def _continuation(self, length: int, max_draft: int) -> Candidate:
+        _, end, _ = self.index.match()
         tokens = self.index.tokens[end + 1 : end + 1 + max_draft]
-        return Candidate(tokens, np.ones(len(tokens)), n, REQUEST)
+        return Candidate(tokens, np.ones(len(tokens)), length, REQUEST)
+
+    def _measured(self, length: int) -> int:
+        return min(length, self.index.n_max)  # an n-gram match is n_max tokens at most
+
+    def _agreement(self, agree: np.ndarray) -> np.ndarray:
+        return np.ones(len(agree))  # every continuation token trusted alike, as the n-gram's own
 
 
 DRAFTERS = {"suffix": SuffixDrafter, "ngram": NgramDrafter}

@@ -23,8 +23,9 @@ every sampled token, drafted or not), so that at a high temperature the first dr
 sized for greedy decoding.
 
 Each source of drafts is calibrated on its own outcomes (``source=`` of :meth:`DraftPolicy.choose`
-and the others): the request's own index and the cross-request memory share one calibration (the
-memory holds the same user's earlier requests, which are copied as readily), a static corpus
+and the others): the request's own index, its prediction and the cross-request memory share one
+calibration (the prediction is text the request is expected to copy, the memory holds the same
+user's earlier requests, which are copied as readily), a static corpus
 (:mod:`plookup.index.corpus`) has another, with a more pessimistic prior: a match in the user's other
 files says less about what this request writes next than a match in its own text.
 """
@@ -142,7 +143,8 @@ class DraftPolicy:
         self._samples_most_likely = 0  # of which the model's most likely token
 
     def _outcomes(self, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(prior hits, hits, trials) of `source`'s calibration (the memory shares the request's)."""
+        """(prior hits, hits, trials) of `source`'s calibration (the prediction and the memory share
+        the request's)."""
         kind = CORPUS if source == CORPUS else REQUEST
         return self.past.prior(kind, CORPUS_PRIOR_HITS if kind == CORPUS else PRIOR_HITS), *self._own(kind)
 

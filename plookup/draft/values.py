@@ -12,9 +12,10 @@ from typing import Optional
 
 import numpy as np
 
-# Where a draft's match was found: the request's own tokens, earlier requests (plookup.index.memory),
-# a static corpus of the user's files (plookup.index.corpus).
-REQUEST, MEMORY, CORPUS = "request", "memory", "corpus"
+# Where a draft's match was found: the request's own tokens, its Predicted Output (calibrated as
+# the request's own: plookup.draft.policy), earlier requests (plookup.index.memory), a static corpus
+# of the user's files (plookup.index.corpus).
+REQUEST, PREDICTION, MEMORY, CORPUS = "request", "prediction", "memory", "corpus"
 
 
 def frozen_tokens(tokens) -> np.ndarray:
@@ -41,7 +42,7 @@ class Draft:
 
     tokens: np.ndarray  # int32, read-only
     match_length: int = 0  # length of the match whose continuation the tokens are
-    source: Optional[str] = None  # REQUEST, MEMORY or CORPUS; None for an empty draft
+    source: Optional[str] = None  # REQUEST, PREDICTION, MEMORY or CORPUS; None for an empty draft
     branch: Optional[Branch] = None
 
     def __len__(self) -> int:

@@ -28,6 +28,10 @@ suffix of the request that occurs in memory, and what followed its most recent o
 - A cursor's match is valid only for the text it was computed on: every ``add`` invalidates the
   open cursors (they report no match until their next ``start``). One lock serialises adds and
   cursor calls, so a memory can be shared by several drafters and threads.
+
+A request's Predicted Output is matched the same way (:func:`prediction_cursor`): a memory of its
+own holding the prediction as its one document, and a cursor streaming the request's history
+against it, a draft source beside the request's own match (the history is not the prediction's).
 """
 
 from __future__ import annotations
@@ -186,6 +190,7 @@ class MemoryCursor:
     def start(self) -> None:
         self._state, self._length = 0, 0
         self._version = self.memory._version
+        self._fed = 0  # tokens of the history fed since (follow)
 
     @property
     def stale(self) -> bool:
@@ -200,6 +205,17 @@ class MemoryCursor:
                 self._state, self._length = self.memory._index.feed(
                     tokens, self._state, self._length
                 )
+
+    def follow(self, history: np.ndarray) -> int:
+        """Catch up with `history`, a request's tokens (the same growing history since
+        :meth:`start`): feed those not fed yet, one kernel call, lazily at each proposal; start
+        over where the memory changed or the history is shorter than what was fed (a history
+        forgotten and begun anew must be told by :meth:`start`). Returns :meth:`match_length`."""
+        if self.stale or self._fed > len(history):
+            self.start()
+        self.feed(history[self._fed :])
+        self._fed = len(history)
+        return self.match_length()
 
     def match_length(self) -> int:
         return 0 if self.stale else self._length
@@ -216,6 +232,16 @@ class MemoryCursor:
         if cut.size:
             draft, agree = draft[: cut[0]], agree[: cut[0]]
         return draft, agree
+
+
+def prediction_cursor(prediction) -> Optional[MemoryCursor]:
+    """A request's Predicted Output as a draft source: a memory holding its tokens alone, and a
+    cursor to stream the request's history against them (None for no prediction)."""
+    if len(prediction) == 0:
+        return None
+    memory = GlobalMemory(len(prediction))
+    memory.add(prediction)
+    return memory.cursor()
 
 
 def vocabulary_id(llm) -> str:
