@@ -66,11 +66,11 @@ BRANCHES = "tests/model/test_branches_greedy.py::test_two_branches_verified_in_o
 
 MUTANTS = [
     Mutant(
-        "prediction_after_the_prompt", "plookup/engine/admission.py",
-        "gen.drafter.start([*gen.call.prediction, *gen.prompt])",
-        "gen.drafter.start([*gen.prompt, *gen.call.prediction])",
+        "prediction_never_consulted", "plookup/draft/index_drafter.py",
+        "return [] if self._prediction is None else [(PREDICTION, self._prediction)]",
+        "return []",
         (PREDICTION,),
-        "the drafter's history is prompt + prediction: its end is the prediction's, not where the answer goes on",
+        "the request's prediction is never matched against its history: nothing is drafted from it",
     ),
     Mutant(
         "slot_offered_slot_0s_draft", "plookup/engine/step.py",
@@ -165,10 +165,10 @@ MUTANTS = [
     ),
     Mutant(
         "drafter_misses_each_steps_last_token", "plookup/engine/verdicts.py",
-        "gen.drafter.extend(np.asarray(verdict.tokens, dtype=np.int32))",
-        "gen.drafter.extend(np.asarray(verdict.tokens[:-1], dtype=np.int32))",
+        "gen.drafter.cover(end)",
+        "gen.drafter.cover(end - 1)",
         (PREDICTION,),
-        "the drafter's history lacks each step's last emitted token (the correction, or the first token)",
+        "the drafter's index lags each step's last emitted token (the correction, or the first token)",
     ),
 ]
 

@@ -51,8 +51,9 @@ def context_handle(llm: llama_cpp.Llama) -> ContextHandle:
 
 class ModelCells:
     """Slot 0's tokens and count: the model's own ``input_ids`` / ``n_tokens`` (read through the
-    model each time: ``load_state`` replaces the array), so that llama_cpp's methods on the model
-    (``eval``, ``reset``, ``save_state``) keep reading sequence 0 as the engine leaves it."""
+    model each time: ``load_state`` replaces the array, which the slot's drafter then binds anew at
+    its next admission), so that llama_cpp's methods on the model (``eval``, ``reset``,
+    ``save_state``) keep reading sequence 0 as the engine leaves it."""
 
     def __init__(self, llm: llama_cpp.Llama):
         self.llm = llm

@@ -1,7 +1,8 @@
 """Predicted Outputs (OpenAI's ``prediction`` request parameter): its text, and what came of it.
 
 A prediction is text the caller expects much of the output to repeat (the file being edited, the
-draft being proofread). plookup indexes its tokens ahead of the prompt, so the drafter proposes its
+draft being proofread). plookup matches the request's history against its tokens, a draft source
+beside the history (:func:`plookup.index.memory.prediction_cursor`), so the drafter proposes its
 continuations; verification keeps the output the model's own: where the build is exact for the
 model, exactly what it would write without the prediction; elsewhere the same up to the first
 near-tie (the prediction changes the drafts, so the batches, whose rounding can move a near-tie).

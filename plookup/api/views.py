@@ -61,8 +61,9 @@ class Views(llama_cpp.Llama):
     def eval(self, tokens: Sequence[int]) -> None:
         self._check_weights()
         # llama_cpp's eval reads sequence 0's logits, which a backend chain there would keep on
-        # the backend.
+        # the backend; and writes the tokens into input_ids, slot 0's buffer, behind its drafter.
         self._engine.chains.detach()
+        self._engine.rewritten()
         super().eval(tokens)
 
     def _check_weights(self) -> None:

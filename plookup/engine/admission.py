@@ -1,9 +1,10 @@
 """Admission and release: requests onto slots, and slots back, by whoever holds the context.
 
 A request waits (:meth:`Admission.admit`) until a free slot is handed to it: the one whose cells
-share the longest prefix with its prompt. Its consumer takes its tokens (:meth:`Admission.tokens`),
-stepping the engine whenever none is waiting, and gives it back when done
-(:meth:`Admission.release`); the slot keeps the cells of what the consumer took. The turns
+share the longest prefix with its prompt, which is written into the slot's buffer then, the
+generation's one copy of it (its drafter indexes it there). Its consumer takes its tokens
+(:meth:`Admission.tokens`), stepping the engine whenever none is waiting, and gives it back when
+done (:meth:`Admission.release`); the slot keeps the cells of what the consumer took. The turns
 themselves (who holds the context, who waits) are :mod:`.turns`'.
 """
 
@@ -38,9 +39,9 @@ class Admission(Turns):
         """Queue the request and wait for a slot: the free one whose cells share the longest prefix
         with `prompt` (editors resend the same file every turn). That prefix is kept, the rest is
         prefilled in the steps to come."""
-        gen = Generation(None, call, None, sampler, randomly, stopping_criteria, list(prompt))
+        gen = Generation(None, call, None, sampler, randomly, stopping_criteria, len(prompt))
         with self._changed:
-            self._waiting.append(gen)
+            self._waiting.append((gen, prompt))  # the prompt, until it is written into its slot
         self._wait(lambda: gen.slot is not None or gen.error is not None)
         if gen.slot is None:
             raise gen.error
@@ -56,14 +57,17 @@ class Admission(Turns):
                 free = [s for s in self.slots if s.generation is None]
                 if not free:
                     return
-                gen = self._waiting.popleft()
-            slot = max(free, key=lambda s: (s.shared_prefix(gen.prompt), -s.index))
+                gen, prompt = self._waiting.popleft()
+            slot = max(free, key=lambda s: (s.shared_prefix(prompt), -s.index))
             gen.drafter = self._drafter(slot)
             try:
                 if hasattr(gen.drafter, "use_memory"):  # the call's tenant's memory, else the drafter's
                     gen.drafter.use_memory(gen.call.memory)
-                self._keep_prefix(slot, gen)
-                gen.drafter.start([*gen.call.prediction, *gen.prompt])  # a prediction is history to draft from
+                # before the buffer changes: what the drafter indexed there is kept where the prompt repeats it
+                gen.drafter.bind(slot.tokens, prompt, gen.call.prediction)
+                self._keep_prefix(slot, gen, prompt)
+                slot.tokens[slot.n : len(prompt)] = prompt[slot.n :]  # its one copy (the kept cells hold the rest)
+                gen.drafter.cover(len(prompt))
                 if isinstance(gen.sampler, BackendGreedy):
                     self.chains.attach((slot.seq, slot.branch_seq))
                 else:
@@ -76,9 +80,15 @@ class Admission(Turns):
     def _drafter(self, slot: Slot):
         """Slot 0 drafts with the model's drafter, and every other slot with one it spawned from it
         and keeps, index included, between requests like slot 0 (a follow-up request indexes only
-        its new tokens), spawned again only once the model's drafter or its settings changed."""
+        its new tokens), spawned again only once the model's drafter or its settings changed.
+        Slot 0's drafter starts over where another one indexed the buffer since (the user set
+        another, then this one back) or llama_cpp's own code wrote it (:meth:`rewritten`): what
+        its index covered there may be other tokens now."""
         model = self.model.drafter
         if slot.index == 0:
+            if slot.drafter is not model:
+                model.reset()
+                slot.drafter = model
             return model
         # (a tuple compares the objects by identity, the numbers by value)
         made_from = (model, model.policy, getattr(model, "corpus", None), model.max_draft, model.branches)
@@ -86,8 +96,9 @@ class Admission(Turns):
             slot.drafter, slot.drafter_made_from = model.spawn(), made_from
         return slot.drafter
 
-    def _keep_prefix(self, slot: Slot, gen: Generation) -> None:
-        prompt = gen.prompt
+    def _keep_prefix(self, slot: Slot, gen: Generation, prompt) -> None:
+        """The cells `prompt` begins with kept (and cached chunks moved into place), the rest
+        dropped: ``slot.tokens[:slot.n]`` is the prompt's head."""
         cached = slot.shared_prefix(prompt)
         min_chunk = self.cache_reuse if gen.call.cache_reuse is None else gen.call.cache_reuse
         if min_chunk > 0 and cached < len(prompt):  # cached chunks further on, shifted into place
@@ -116,7 +127,7 @@ class Admission(Turns):
             # what the cache holds of what its consumer took, as _take_back keeps it: a token a
             # stopping criterion fired on inside a verified draft is there, for llama_cpp's
             # after-loop check to find, as in llama_cpp's own loop, which evaluates it first
-            gen.history = slot.tokens[: min(len(gen.prompt) + gen.taken, slot.n)].copy()
+            gen.history = slot.tokens[: min(gen.prompt_length + gen.taken, slot.n)].copy()
         with self._changed:
             self._given_back.append(gen)
         self._run(lambda: None)
@@ -133,7 +144,7 @@ class Admission(Turns):
             if slot is None or slot.generation is not gen:
                 continue
             try:
-                keep = min(len(gen.prompt) + gen.taken, slot.n)
+                keep = min(gen.prompt_length + gen.taken, slot.n)
                 if not self.context.roll_back(slot.seq, keep):  # unconditional: a failed decode may leave cells
                     self.context.roll_back(slot.seq, 0)
                     keep = 0
@@ -174,11 +185,17 @@ class Admission(Turns):
 
     def _own_context(self) -> None:
         """For llama_cpp's own plain decoding on sequence 0 (:meth:`exclusive`): no backend chain,
-        and the other slots' cells emptied."""
+        the other slots' cells emptied, and slot 0's buffer llama_cpp's to write."""
         self.chains.detach()  # llama_cpp's loop reads sequence 0's logits
         for slot in self.slots[1:]:
             self.context.roll_back(slot.seq, 0)
             slot.n = 0
+        self.rewritten()
+
+    def rewritten(self) -> None:
+        """llama_cpp's own code writes slot 0's buffer (the model's ``input_ids``: its ``eval``,
+        its plain loop): the drafter that indexed it starts over at its next generation."""
+        self.slots[0].drafter = None
 
     # -- consuming
 

@@ -72,6 +72,9 @@ class Engine:
     def forget(self) -> None:
         self.admission.forget()
 
+    def rewritten(self) -> None:
+        self.admission.rewritten()
+
     def active(self) -> int:
         return self.admission.active()
 

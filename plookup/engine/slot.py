@@ -1,14 +1,20 @@
 """A slot: one sequence of the engine's context, and the generation running on it.
 
-A :class:`Slot` is a sequence id (and a second one for a draft's branch) with the tokens its KV
-cells hold: ``tokens[:n]``, kept by its :class:`Cells`. Slot 0's cells are handed in by the API
+A :class:`Slot` is a sequence id (and a second one for a draft's branch) with its token buffer,
+kept by its :class:`Cells`: the one copy of its generation's history. Its KV cells hold
+``tokens[:n]``; while a generation decodes, its pending token (emitted, not yet in the cache) is
+``tokens[n]``. The prompt is written there once, at admission, and each verdict writes the tokens
+it emits at their positions (:mod:`.admission`, :mod:`.verdicts`); nothing else is written there,
+rejected draft tokens included. The slot's drafter reads the same buffer for its index
+(:meth:`plookup.draft.index_drafter.IndexDrafter.bind`). Slot 0's cells are handed in by the API
 (:class:`plookup.api.context.ModelCells`: the model's own ``input_ids`` / ``n_tokens``), so that
 llama_cpp's methods on the model (``eval``, ``reset``, ``save_state``) keep reading sequence 0 as
 they always have; the other slots own theirs. A slot keeps its cells after a generation, so the
 next request whose prompt shares a prefix with them does not prefill it again.
 
 A :class:`Generation` is one request on a slot: its call, drafter, sampler and stopping criteria,
-the prompt still to decode, and the tokens emitted but not yet taken by its consumer.
+its prompt's length (the prompt itself is the buffer's), and the tokens emitted but not yet taken
+by its consumer.
 """
 
 from __future__ import annotations
@@ -44,8 +50,9 @@ class Slot:
         self.index, self.seq, self.branch_seq = index, seq, branch_seq
         self.cells = cells  # a Cells, or slot 0's ModelCells
         self.generation: Optional[Generation] = None  # the request running here, if any
-        # Slots >= 1: the drafter spawned from the model's, and what it was spawned from
-        # (Admission._drafter).
+        # The drafter whose index reads this slot's buffer (Admission._drafter): slot 0's, the
+        # model's that last drafted here, None once llama_cpp's own code wrote the buffer; the
+        # others', one spawned from the model's, and what it was spawned from.
         self.drafter, self.drafter_made_from = None, None
 
     tokens = attribute_of("cells", "tokens")
@@ -71,8 +78,7 @@ class Generation:
     sampler: object  # sample(ctx, row): plookup.verify.greedy.GreedyRows, or llama_cpp's LlamaSampler chain
     randomly: bool  # temperature != 0: the policy learns how often samples are the argmax
     stopping_criteria: object
-    prompt: list[int]
-    pending: Optional[int] = None  # the newest emitted token, not yet in the cache; None while prefilling
+    prompt_length: int  # its first tokens in the slot's buffer
     out: deque = field(default_factory=deque)  # emitted, not yet taken by the consumer
     emitted: int = 0
     taken: int = 0
@@ -86,4 +92,12 @@ class Generation:
 
     @property
     def prefilling(self) -> bool:
-        return self.pending is None
+        """Its prompt is not all in the cells yet (each prompt decodes its last token at least:
+        from then on, n is past the prompt's end)."""
+        return self.slot.n < self.prompt_length
+
+    @property
+    def pending(self) -> int:
+        """The newest emitted token, not yet in the cache (while decoding): the buffer's after the
+        cells."""
+        return int(self.slot.tokens[self.slot.n])

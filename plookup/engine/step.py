@@ -2,10 +2,11 @@
 
 A step gathers, for every generation that wants tokens, its rows: a decoding generation's pending
 token and draft (:func:`plookup.verify.rows.verify_rows`, on its own sequence), and a prefilling one's
-next chunk of prompt (logits at the chunk's last row only, as llama_cpp's ``eval`` asks). One
-decode; then :func:`plookup.verify.accept.accept` judges each generation's rows (:mod:`.verdicts`),
-each one's rejected draft tokens leave its own sequence, and the tokens it emits wait in its
-``out`` queue for its consumer.
+next chunk of prompt, read from its slot's buffer (logits at the chunk's last row only, as
+llama_cpp's ``eval`` asks; a chunk decoded only advances the slot's cells). One decode; then
+:func:`plookup.verify.accept.accept` judges each generation's rows (:mod:`.verdicts`), each one's
+rejected draft tokens leave its own sequence, and the tokens it emits wait in its ``out`` queue for
+its consumer.
 
 Drafts: a lone decoding generation drafts with its policy as a single stream does (a second branch
 included where the context has branch sequences); several are sized together for the step's cost
@@ -153,7 +154,6 @@ class Step:
     def _draft_rows(self, gen: Generation, draft: Draft) -> Piece:
         """The generation's pending token and draft as rows, with logits at each."""
         slot = gen.slot
-        slot.tokens[slot.n] = gen.pending
         new = verify_rows(gen.pending, draft.tokens, draft.branch, slot.n, (slot.seq, slot.branch_seq))
         if draft.branch is not None:
             assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
@@ -169,10 +169,10 @@ class Step:
             if budget <= 0:
                 break
             slot = gen.slot
-            end = len(gen.prompt)
+            end = gen.prompt_length
             if gen.call.last_token_alone and slot.n < end - 1:
                 end -= 1  # the last token in a pass of its own, as a repeat that found the rest cached
-            chunk = gen.prompt[slot.n : min(slot.n + budget, end)]
+            chunk = slot.tokens[slot.n : min(slot.n + budget, end)].tolist()
             chunks.append(Piece(gen, chunk, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
             budget -= len(chunk)
         return chunks
@@ -259,11 +259,11 @@ class Step:
     # -- prompt chunks in
 
     def _take_chunk(self, gen: Generation, start: int, chunk) -> None:
-        """A prompt chunk is in the cells; after the prompt's last one, its first token."""
+        """A prompt chunk is in the cells (its tokens already in the buffer); after the prompt's
+        last one, its first token."""
         slot = gen.slot
-        slot.tokens[slot.n : slot.n + len(chunk)] = chunk
         slot.n += len(chunk)
-        if slot.n == len(gen.prompt):
+        if slot.n == gen.prompt_length:
             try:
                 self.verdicts.first_token(gen, start + len(chunk) - 1)
             except Exception as e:

@@ -4,7 +4,9 @@ to them.
 :func:`plookup.verify.accept.accept` walks the rows with the generation's sampler and stopping
 criteria; the accepted part of the path taken (the draft, or its branch) stays in the sequence,
 the rest is rolled back (the context handle's one ``roll_back``); the emitted tokens are counted,
-read for logprobs where the call asks, indexed by its drafter, and queued for its consumer.
+written once into the slot's buffer at their positions (the newest, pending, just after the cells;
+a rejected draft token never), indexed there by its drafter, read for logprobs where the call
+asks, and queued for its consumer.
 """
 
 from __future__ import annotations
@@ -16,6 +18,18 @@ import numpy as np
 
 from ..draft.values import CORPUS, MEMORY, NO_DRAFT, Draft
 from .slot import Generation, Slot
+
+
+def write(gen: Generation, at: int, tokens) -> None:
+    """Emitted `tokens` into the slot's buffer from position `at` on, their one copy, and indexed
+    there by the generation's drafter. The sizes keep them inside it (plookup.draft.sizing.room:
+    prompt + output <= n_ctx <= the buffer's length), so that where the context is full the newest
+    token, which has no cell, is the buffer's last; past it they would be refused, not cut."""
+    end = at + len(tokens)
+    if end > len(gen.slot.tokens):
+        raise ValueError(f"{len(tokens)} tokens at position {at} overrun the slot's {len(gen.slot.tokens)}")
+    gen.slot.tokens[at:end] = tokens
+    gen.drafter.cover(end)
 
 
 def fail(context, gen: Generation, error: BaseException) -> None:
@@ -82,13 +96,16 @@ class Verdicts:
     def first_token(self, gen: Generation, row: int) -> None:
         """The first token comes from the prompt's last row, as in plain decoding: a step that
         drafts nothing is then plain's single-token decode."""
-        verdict = self._accept(gen, [], row, gen.slot.n - 1, None)
+        n_past = gen.slot.n - 1
+        verdict = self._accept(gen, [], row, n_past, None)
+        write(gen, n_past + 1, verdict.tokens)
         self._emit(gen, NO_DRAFT, NO_DRAFT, verdict, row)
 
     def judge(self, gen: Generation, draft: Draft, start: int) -> int:
         """Verify the generation's rows and leave its sequence holding the pending token and the
         accepted part of the path taken (the draft, or its fork when the target took the branch);
-        returns how many draft tokens were accepted."""
+        returns how many draft tokens were accepted. The pending token, ``tokens[n_past]``, is
+        the buffer's already."""
         context, slot, branch = self.context, gen.slot, draft.branch
         n_past = slot.n
         rolled_back = True
@@ -103,7 +120,7 @@ class Verdicts:
         finally:
             if branch is not None:
                 rolled_back &= context.roll_back(slot.branch_seq, 0)
-        slot.tokens[n_past : n_past + 1 + len(path)] = [gen.pending, *path.tokens.tolist()]
+        write(gen, n_past + 1, verdict.tokens)  # (before a rebuild reads the cells' tokens)
         keep = n_past + 1 + verdict.accepted
         if keep < n_past + 1 + len(path):  # drop the rejected draft tokens
             rolled_back &= context.roll_back(slot.seq, keep)
@@ -129,8 +146,6 @@ class Verdicts:
         if verdict.tokens:
             if gen.call.logprobs is not None:  # before the tokens go out: their consumer reads both
                 self._read_logprobs(gen, verdict, start)
-            gen.drafter.extend(np.asarray(verdict.tokens, dtype=np.int32))
-            gen.pending = verdict.tokens[-1]
             gen.emitted += len(verdict.tokens)
             gen.out.extend(verdict.tokens)
         if verdict.stopped:

@@ -4,9 +4,9 @@ as cells where none should be, or, in the exact build, as a row that is not a fr
 
 Checked inside the engine as each step ends (its ``trace`` hook, before the next step can change
 anything): for every slot, its sequence's cells are positions 0..n-1 (``llama_memory_seq_pos_min``
-/ ``_max``), its branch sequence holds none, and its ``tokens[:n]`` are the prompt and then the
-tokens it emitted but the newest (the pending one, never in the cache); while prefilling, a prefix
-of the prompt. The steps are classified (all of a draft accepted, part rejected, a branch taken,
+/ ``_max``), its branch sequence holds none, its buffer begins with the prompt (written whole at
+admission) and its ``tokens[:n]`` are the prompt and then the tokens it emitted but the newest (the
+pending one, never in the cache); while prefilling, a prefix of the prompt. The steps are classified (all of a draft accepted, part rejected, a branch taken,
 a prompt chunk) so that the test says which kinds it saw.
 """
 
@@ -28,11 +28,12 @@ EXACT_BUILD = not llamafile_in_build()
 
 
 class CheckedSteps(list):
-    """An ``Engine.trace`` that checks every slot's cells as each step ends."""
+    """An ``Engine.trace`` that checks every slot's cells as each step ends, the generations' on
+    them being of `prompts`."""
 
-    def __init__(self, llm):
+    def __init__(self, llm, prompts):
         super().__init__()
-        self.llm, self.kinds, self.problems = llm, Counter(), []
+        self.llm, self.prompts, self.kinds, self.problems = llm, prompts, Counter(), []
 
     def append(self, record) -> None:
         super().append(record)
@@ -42,10 +43,10 @@ class CheckedSteps(list):
         if record.prefilled:
             self.kinds["prompt chunk"] += 1
         for slot in self.llm._engine.slots:
-            self.problems += [f"step {len(self)}, slot {slot.index}: {p}" for p in slot_problems(self.llm, slot)]
+            self.problems += [f"step {len(self)}, slot {slot.index}: {p}" for p in slot_problems(self.llm, slot, self.prompts)]
 
 
-def slot_problems(llm, slot) -> list[str]:
+def slot_problems(llm, slot, prompts=()) -> list[str]:
     memory = llama_cpp.llama_get_memory(llm.ctx)
     problems = []
     cells = (llama_cpp.llama_memory_seq_pos_min(memory, slot.seq), llama_cpp.llama_memory_seq_pos_max(memory, slot.seq))
@@ -56,20 +57,19 @@ def slot_problems(llm, slot) -> list[str]:
     gen = slot.generation
     if gen is None:
         return problems
-    prompt = gen.prompt
-    if gen.pending is None:  # prefilling
-        if slot.n > len(prompt) or slot.tokens[: slot.n].tolist() != prompt[: slot.n]:
-            problems.append(f"prefilling, tokens[:n] are not the prompt's first {slot.n}")
-    elif gen.error is None:
-        if slot.n != len(prompt) + gen.emitted - 1:
-            problems.append(f"n = {slot.n}, not the prompt's {len(prompt)} and {gen.emitted} emitted tokens but the pending one")
-        if slot.tokens[: len(prompt)].tolist() != prompt:
-            problems.append("tokens[:n] do not begin with the prompt")
+    length = gen.prompt_length
+    if slot.tokens[:length].tolist() not in prompts:  # written once, at admission
+        problems.append(f"tokens[:{length}] are none of the prompts {[len(p) for p in prompts]}")
+    if gen.prefilling:
+        if slot.n > length:
+            problems.append(f"prefilling, n = {slot.n} past the prompt's {length}")
+    elif gen.error is None and slot.n != length + gen.emitted - 1:
+        problems.append(f"n = {slot.n}, not the prompt's {length} and {gen.emitted} emitted tokens but the pending one")
     return problems
 
 
-def checked(llm) -> CheckedSteps:
-    llm._engine.trace = steps = CheckedSteps(llm)
+def checked(llm, *prompts) -> CheckedSteps:
+    llm._engine.trace = steps = CheckedSteps(llm, [list(p) for p in prompts])
     return steps
 
 
@@ -87,7 +87,7 @@ def flat_curve(any_model_pair):
 def test_every_step_leaves_the_cache_holding_the_slots_tokens(any_model_pair, flat_curve):
     name, _, spec = any_model_pair
     prompt = spec.tokenize(BRANCHY.encode())
-    steps = checked(spec)
+    steps = checked(spec, prompt)
     try:
         with spec.request() as call:
             tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), 48))
@@ -129,7 +129,7 @@ def test_prompt_chunks_beside_another_slots_decoding_keep_both_caches(two_slots)
     first = llm.tokenize(("def add(a, b):\n    return a + b\n\n" * 6).encode())
     second = llm.tokenize(("The quick brown fox jumps over the lazy dog. " * 8).encode())
     assert len(second) > 64  # three chunks or more
-    steps = checked(llm)
+    steps = checked(llm, first, second)
     outputs = {0: [], 1: []}
     try:
         with llm.request():

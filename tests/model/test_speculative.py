@@ -1,5 +1,6 @@
 """Speculation per request (llama-server's `speculative: {n_max, n_min, p_min}`), and each slot's
-drafter kept between requests."""
+drafter kept between requests, its index started over where llama_cpp's own eval wrote the buffer
+it reads."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 import plookup
 from plookup.draft.values import PLAIN
+from plookup.index.suffix import SuffixIndex
 
 from conftest import LLAMA_KWARGS
 
@@ -74,8 +76,8 @@ def test_every_slot_keeps_its_drafter_and_index_between_requests(model_path):
     assert slot.index == 1 and drafter is slot.drafter and drafter is not llm.drafter
     assert drafter.index.tokens.tolist() == prompt + answer
     extended = []
-    original = drafter.extend
-    drafter.extend = lambda tokens: extended.append(len(tokens)) or original(tokens)
+    original = drafter.cover
+    drafter.cover = lambda n: extended.append(n - len(drafter.index)) or original(n)
     follow_up = prompt + answer + [11, 12, 13]
     with llm.request() as again:
         list(itertools.islice(llm.generate(follow_up, temp=0.0), 8))
@@ -83,3 +85,40 @@ def test_every_slot_keeps_its_drafter_and_index_between_requests(model_path):
     assert extended[0] == 3  # only the new tokens were indexed
     assert again.stats.prefill_tokens == 4  # and the cells kept: the answer's newest token, and the new ones
     first.close()
+
+
+def index_is_its_tokens(drafter) -> bool:
+    """The drafter's index answers as one built afresh over the tokens it reads: its match, its
+    continuation, and how much of its own beginning it finds."""
+    index, fresh = drafter.index, SuffixIndex()
+    fresh.extend(index.tokens)
+    head = index.tokens[:8]
+    return (index.match() == fresh.match() and index.feed(head)[1] == fresh.feed(head)[1] == len(head)
+            and index.continuation(8)[0].tolist() == fresh.continuation(8)[0].tolist())
+
+
+@pytest.mark.budget(40)
+def test_slot_0s_drafter_starts_over_where_llama_cpps_own_eval_wrote_its_buffer(smol):
+    """Slot 0's drafter reads the model's input_ids, which llama_cpp's eval writes too: a prompt
+    that begins with what eval wrote there must not keep the index built over what was there
+    before (the buffer would say yes to it). The control: without plookup.Llama's eval telling
+    the engine, the index keeps the first request's automaton under the second's tokens."""
+    first, own = [700, 701, 702, 703, 704], list(range(1000, 1008))
+    written = [*own, *range(1100, 1110), *own[:3]]  # ends with its own beginning, which `first` lacks
+    again = [*written, own[3]]
+
+    def generate_over_what_eval_wrote():
+        list(itertools.islice(smol.generate(first, temp=0.0), 3))
+        smol.reset()
+        smol.eval(written)
+        list(itertools.islice(smol.generate(again, temp=0.0), 1))
+        return index_is_its_tokens(smol.drafter)
+
+    assert generate_over_what_eval_wrote()
+    rewritten = smol._engine.rewritten
+    smol._engine.rewritten = lambda: None  # (in place of the model's: the control)
+    try:
+        stale = not generate_over_what_eval_wrote()
+    finally:
+        smol._engine.rewritten = rewritten
+    assert stale
