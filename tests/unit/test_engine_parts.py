@@ -2,7 +2,10 @@
 request the free slot whose cells share the longest prefix with its prompt and keeps that prefix;
 a verdict leaves its sequence holding exactly n_past + 1 + accepted cells (a broken roll-back is
 caught: the control); the step puts each generation's rows together, in sequence order, and
-judges each from its own first row."""
+judges each from its own first row. Together, over a real drafter: the slot's buffer is the one
+copy of the history, written once a step (the prompt at admission, then the emitted tokens, never a
+rejected draft token) and read there by the drafter's index, up to a context exactly full; slot
+0's drafter starts over where something else wrote its buffer."""
 
 from __future__ import annotations
 
