@@ -36,15 +36,26 @@ SYSTEMS = {
 }
 
 
-def start(system: str, binary: str, model: str) -> tuple[subprocess.Popen, str]:
+PLOOKUP_CLI = [sys.executable, "-m", "plookup.app.cli"]
+
+
+def code_edits() -> list:
+    """The standard workloads' 8 code edits (seed 0) that every run sends."""
+    return [w for w in standard_workloads(seed=0) if w.name.startswith("code-")][:8]
+
+
+def start(system: str, binary: str, model: str, adjust=lambda command: command,
+          stderr=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
+    """`system`'s server, freshly started and healthy: (process, base URL). `adjust(command)` may
+    change its command line (examples/four_clients_profile.py adds its recording)."""
     port = free_port()
     common = ["-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(THREADS), "-tb", str(THREADS),
               "-np", str(CLIENTS)]
     if system.startswith("llama-server"):  # llama-server's -c is shared by its slots: 4096 each, as plookup's
         command = [binary, *common, "-c", str(4096 * CLIENTS), *SYSTEMS[system]]
     else:
-        command = [sys.executable, "-m", "plookup.app.cli", "serve", *common, "-c", "4096", "-q"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        command = [*PLOOKUP_CLI, "serve", *common, "-c", "4096", "-q"]
+    process = subprocess.Popen(adjust(command), stdout=subprocess.DEVNULL, stderr=stderr)
     url = f"http://127.0.0.1:{port}"
     wait_healthy(process, url, system, 300)
     return process, url
@@ -78,7 +89,7 @@ def main() -> None:
     model = resolve_model(sys.argv[2] if len(sys.argv) > 2 else "qwen-coder-0.5b:q8_0")
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     out = sys.argv[4] if len(sys.argv) > 4 else None
-    workloads = [w for w in standard_workloads(seed=0) if w.name.startswith("code-")][:8]
+    workloads = code_edits()
     record = {"model": model, "threads": THREADS, "clients": CLIENTS, "max_tokens": MAX_TOKENS,
               "workloads": [w.name for w in workloads], "runs": []}
     for repeat in range(runs):

@@ -20,16 +20,11 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import four_clients  # noqa: E402  (this folder's)
 
-from plookup.app.bench.llama_server import free_port, wait_healthy  # noqa: E402
-from plookup.app.bench.workloads import standard_workloads  # noqa: E402
 from plookup.app.models import resolve_model  # noqa: E402
 
 
@@ -58,18 +53,17 @@ def serve_traced(out: str, argv: list[str]) -> None:
 
 
 def start(system: str, binary: str, model: str, log_path: str, trace_path: str, flags: list[str]):
-    port = free_port()
-    common = ["-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", "2", "-tb", "2",
-              "-np", str(four_clients.CLIENTS)]
-    if system.startswith("llama-server"):
-        command = [binary, *common, "-c", str(4096 * four_clients.CLIENTS), "-v", *four_clients.SYSTEMS[system]]
-    else:
-        command = [sys.executable, __file__, "--serve-traced", trace_path, "serve", *common, "-c", "4096", "-q", *flags]
+    """four_clients.start, recording: llama-server with -v, plookup through :func:`serve_traced`
+    with `flags`; each one's stderr in `log_path`."""
+
+    def recording(command: list[str]) -> list[str]:
+        if system.startswith("llama-server"):
+            return [*command, "-v"]
+        cli = len(four_clients.PLOOKUP_CLI)
+        return [sys.executable, __file__, "--serve-traced", trace_path, *command[cli:], *flags]
+
     with open(log_path, "w", encoding="utf-8") as log:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(process, url, system, 300)
-    return process, url
+        return four_clients.start(system, binary, model, recording, log)
 
 
 def log_steps(path: str) -> list[dict]:
@@ -122,24 +116,19 @@ def main() -> None:
     binary, out_dir, systems = argv[0], argv[1], argv[2:] or list(four_clients.SYSTEMS)
     os.makedirs(out_dir, exist_ok=True)
     model = resolve_model("qwen-coder-0.5b:q8_0")
-    workloads = [w for w in standard_workloads(seed=0) if w.name.startswith("code-")][:8]
     for i, system in enumerate(systems):
         tag = os.path.join(out_dir, f"{i}-{system.replace(' ', '_')}")
         process, url = start(system, binary, model, tag + ".log", tag + "-trace.json", flags)
         try:
             four_clients.ask(url, [{"role": "user", "content": "hi"}])  # warm, as four_clients.py
-            began = time.perf_counter()
-            with ThreadPoolExecutor(four_clients.CLIENTS) as pool:
-                answers = list(pool.map(lambda w: four_clients.ask(url, w.messages), workloads))
-            wall = time.perf_counter() - began
+            result = four_clients.run(url, four_clients.code_edits())
         finally:
             process.terminate()
             process.wait(timeout=60)
         steps = log_steps(tag + ".log") if system.startswith("llama-server") else trace_steps(tag + "-trace.json")
         with open(tag + ".json", "w", encoding="utf-8") as f:
-            json.dump({"system": system, "flags": flags, "wall": wall, "answers": answers, "steps": steps}, f, indent=1)
-        tokens = sum(a["tokens"] for a in answers)
-        print(f"{system:26s} wall {wall:5.1f} s, {tokens} tokens; {summary(steps)}", flush=True)
+            json.dump({"system": system, "flags": flags, **result, "steps": steps}, f, indent=1)
+        print(f"{system:26s} wall {result['wall']:5.1f} s, {result['tokens']} tokens; {summary(steps)}", flush=True)
 
 
 if __name__ == "__main__":
