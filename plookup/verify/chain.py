@@ -73,7 +73,9 @@ class Chain:
         keep = max(1, self.min_keep)
         if self.logit_bias:
             chain.add_logit_bias(llm._n_vocab, self.logit_bias)
-        if grammar is not None:
+        if getattr(grammar, "patterns", None) is not None:  # lazy: binds once the text matches a pattern
+            chain.add_grammar_lazy_patterns(llm._model, grammar, grammar.patterns, [])
+        elif grammar is not None:
             chain.add_grammar(llm._model, grammar)
         if mirostat_mode in (1, 2):
             chain.add_temp(temp)

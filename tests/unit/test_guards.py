@@ -47,3 +47,13 @@ def test_the_key_passes(client, header):
 
 def test_health_needs_no_key(client):
     assert client.get("/health").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("value, status", [(KEY, 200), (f" {KEY} ", 200), (f"{KEY}x", 401), ("", 401), (KEY.upper(), 401)])
+def test_anthropics_x_api_key_header_is_a_key_too(client, value, status):
+    """Claude Code sends its key as ``x-api-key`` (llama-server takes either header)."""
+    assert client.get("/v1/models", headers={"x-api-key": value}).status_code == status
+
+
+def test_a_wrong_bearer_token_is_not_saved_by_an_x_api_key(client):
+    assert client.get("/v1/models", headers={"Authorization": "Bearer nope", "x-api-key": KEY}).status_code == 401

@@ -37,9 +37,11 @@ from ...api.logprobs import check_logprobs
 from ...api.prediction import chunk_text, completion_text, prediction_text
 from ...index.scopes import MemoryScopes, scope_of
 from ...verify.grammar import check_grammar
+from .agent_routes import AGENT_ROUTES, add_agent_routes
+from .chat import template_of, tool_plan
 from .controls import LlamaOptions, Shape, merge_completions
-from .errors import APIError, error_event, install_error_handlers, model_error
-from .guards import CountRequests, LimitBody, ModelGate, RequireKey
+from .errors import APIError, install_error_handlers, model_error
+from .guards import CountRequests, LimitBody, ModelGate, RequireKey, request_key
 from .limits import ANY_ORIGIN, Limits
 from .lost import Lost
 from .llama_routes import LLAMA_ROUTES, add_llama_routes
@@ -49,14 +51,19 @@ from .requests import (
     CompletionRequest,
     check_text_only,
     completion_prompts,
+    function_tools,
     response_format_grammar,
+    template_messages,
 )
 
 ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health"})
 
 
+# The prompt's last tokens, read for a reasoning block the chat template opened (``<think>\n``).
+PROMPT_END = 8
+
 # Request fields the create_* methods do not take (llama_cpp.server drops the same ones).
-NOT_FORWARDED = {"n", "best_of", "logit_bias_type", "user", "min_tokens", "prediction", "stream"}
+NOT_FORWARDED = {"n", "best_of", "logit_bias_type", "user", "min_tokens", "prediction", "stream", "parallel_tool_calls"}
 
 
 class PromptTokens(Exception):
@@ -132,9 +139,12 @@ class Service:
     """What the routes do with one model: admit a request (the checks that need no model time),
     run it through the gate, and account for it from its own stats."""
 
-    def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics, keyed: bool = False):
-        """`keyed`: the server asks for API keys, and each key drafts from a memory of its own."""
+    def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics, keyed: bool = False,
+                 chat_template: Optional[str] = None):
+        """`keyed`: the server asks for API keys, and each key drafts from a memory of its own;
+        `chat_template`: the Jinja text chats are rendered with, where not the GGUF's."""
         self.llm, self.model_name, self.limits, self.metrics = llm, model_name, limits, metrics
+        self.chat_template = template_of(llm, chat_template)
         shared = getattr(llm.drafter, "own_memory", None)
         self.memories = MemoryScopes(shared) if shared is not None else None
         self.keyed = keyed
@@ -143,8 +153,10 @@ class Service:
         self.gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set, slots=llm.parallel)
         self.probe = PromptProbe(llm)
 
-    def arguments(self, body) -> tuple[dict, Optional[dict]]:
-        """(create_* keyword arguments, prediction): refused with 404 or 400 before any work."""
+    def arguments(self, body, shape: Shape) -> tuple[dict, Optional[dict]]:
+        """(create_* keyword arguments, prediction): refused with 404 or 400 before any work. A
+        chat's tools are decided here once (:func:`.chat.tool_plan`), for the prompt, the
+        sampler and the answer's shape."""
         # One model is served, whatever name a body gives it (llama.vim sends "", other editors the
         # name in their settings), as llama-server serves it: answers carry the served id.
         prediction = body.prediction.model_dump() if body.prediction is not None else None
@@ -155,10 +167,23 @@ class Service:
         prepare_request_resources(body, lambda _model: self.llm, self.model_name, kwargs)
         param = "grammar"
         if isinstance(body, ChatCompletionRequest):
+            kwargs["messages"] = template_messages(body.messages)
             check_text_only(kwargs["messages"])
+            plan = tool_plan(self.chat_template, function_tools(body.tools), body.tool_choice, body.parallel_tool_calls)
+            kwargs["messages"] = plan.messages(kwargs["messages"])
+            # The template is handed the tools; the choice is the plan's (llama_cpp's handler
+            # would constrain a named function's arguments alone, outside the family's format).
+            kwargs["tools"], kwargs["tool_choice"] = plan.template_tools(), None
             structured = response_format_grammar(body.response_format)
+            calls = plan.grammar()
+            if calls is not None and (structured is not None or kwargs.get("grammar") is not None):
+                raise APIError(400, "tools: a request offering tools takes no grammar or response_format beside them",
+                               param="tools")
             if structured is not None:  # it replaces a grammar given beside it, as in llama_cpp's handlers
                 param, kwargs["grammar"], kwargs["response_format"] = "response_format", structured, None
+            if calls is not None:
+                param, kwargs["grammar"] = "tools", calls
+            shape.plan = plan if plan.parses else None
         try:
             check_grammar(self.llm.vocab, kwargs.get("grammar"))
         except ValueError as e:
@@ -171,7 +196,7 @@ class Service:
         (plookup.index.scopes). None: the server keeps no memory."""
         if self.memories is None:
             return None
-        key = request.headers.get("authorization", "").partition(" ")[2] if self.keyed else None
+        key = request_key(request.headers) if self.keyed else None
         return self.memories.get(scope_of(key, getattr(body, "cache_salt", None)))
 
     def check_prediction_size(self, text: str) -> None:
@@ -185,13 +210,15 @@ class Service:
     async def admit(self, body, create_name: str, shape: Shape) -> tuple[dict, Optional[dict]]:
         """(create_* keyword arguments, prediction) of a request that passed every check that
         needs no model time, its prompt's length included (measured into `shape`)."""
-        kwargs, prediction = self.arguments(body)
+        kwargs, prediction = self.arguments(body, shape)
         shape.prepare(kwargs)
         kwargs["max_tokens"] = self.limits.capped(kwargs.get("max_tokens"))
         try:
             shape.prompt = await run_in_threadpool(self.probe.prompt, create_name, kwargs)
         except ValueError as e:
             raise model_error(e, body) from e
+        if shape.plan is not None:
+            shape.answer = shape.plan.answer(self.llm.detokenize(shape.prompt[-PROMPT_END:]).decode("utf-8", "ignore"))
         return kwargs, prediction
 
     async def respond(self, request: Request, body, create_name: str, shape: Optional[Shape] = None):
@@ -310,9 +337,11 @@ class Service:
                 for event in shape.closing(call):
                     yield event
             except ValueError as e:
-                yield error_event(model_error(e, body))
+                for event in shape.failed(model_error(e, body)):
+                    yield event
             except APIError as e:  # the RPC server was lost
-                yield error_event(e)
+                for event in shape.failed(e):
+                    yield event
 
         async def close():
             gone.set()  # a generation step still running ends the stream at its next step
@@ -332,13 +361,15 @@ LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 
 
 def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None,
-               cors_origins: Sequence[str] = ANY_ORIGIN, on_shutdown: Callable[[], None] = lambda: None) -> FastAPI:
-    """The app serving `llm` as `model_name` to every request, whatever ``model`` it names; a browser page
-    from one of `cors_origins` may call it too: "*" any (llama-server's default), "localhost" this
-    machine's pages, () none (same-origin only). `on_shutdown()` runs when the server shuts down."""
-    metrics = Metrics(ROUTES | LLAMA_ROUTES)
+               cors_origins: Sequence[str] = ANY_ORIGIN, on_shutdown: Callable[[], None] = lambda: None,
+               chat_template: Optional[str] = None) -> FastAPI:
+    """The app serving `llm` as `model_name` to every request, whatever ``model`` it names (its chats
+    rendered with `chat_template`, see :class:`Service`); a browser page from one of `cors_origins` may
+    call it too: "*" any (llama-server's default), "localhost" this machine's pages, () none
+    (same-origin only). `on_shutdown()` runs when the server shuts down."""
+    metrics = Metrics(ROUTES | LLAMA_ROUTES | AGENT_ROUTES)
     metrics.watch_model(llm)
-    service = Service(llm, model_name, limits, metrics, keyed=bool(api_key))
+    service = Service(llm, model_name, limits, metrics, keyed=bool(api_key), chat_template=chat_template)
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         service.lost.start()  # on the server's event loop
@@ -374,10 +405,7 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
         return await service.respond(request, body, "create_chat_completion")
 
     listing = model_listing(llm, model_name, int(time.time()))
-
-    @app.get("/v1/models")
-    async def models():
-        return listing
+    app.get("/v1/models")(lambda: listing)
 
     @app.get("/metrics")
     async def metrics_text():
@@ -390,6 +418,7 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
         return {"status": "ok"}
 
     add_llama_routes(app, service)  # llama-server's own routes, and the /v1 ones without /v1
+    add_agent_routes(app, service)
     return app
 
 

@@ -126,8 +126,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not lost.is_set():
             save_memory(args, llm, app.state.memories)
 
+    template = None if not args.chat_template else args.chat_template[1] if args.chat_template[0] == "jinja" else ""
     app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, keys, args.cors_origins,
-                     on_shutdown=keep_memory)
+                     on_shutdown=keep_memory, chat_template=template)
     load_scopes(args, llm.model_path, app.state.memories)
     place = dict(uds=args.host) if args.host.endswith(".sock") else dict(host=args.host, port=args.port)
     server = uvicorn.Server(uvicorn.Config(app, **place))

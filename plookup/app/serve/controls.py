@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ...api.fim import check_fim, infill_prompt
 from ...draft.values import Speculative
 from ...verify.chain import DEFAULT_ORDER, Chain, sampler_order
-from .errors import APIError
+from .errors import APIError, error_event
 
 # llama-server's one-letter sampler names (its `--sampling-seq`)
 SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p", "p": "top_p",
@@ -234,6 +234,8 @@ class Shape:
         self.sent, self.shown = "", 0  # a stream's text so far, and what of it went out (its ends may cut it)
         self.cut_at: Optional[int] = None  # where n_indent cut the stream's text
         self.stream_tokens = 0  # the stream's tokens that went out in events
+        self.plan = None  # a chat's tools and reasoning, decided at admission (.chat.ToolPlan)
+        self.answer = None  # its answer read for tool calls and reasoning (.chat.Answer); None: its text
         param = "n_cmpl"
         n = getattr(options, "n", None) or 1  # OpenAI's n: that many choices, served as n_cmpl
         if n != 1:
@@ -304,8 +306,10 @@ class Shape:
         last_n = llm.n_ctx() if last_n == -1 else last_n
         penalised = (kwargs.get("repeat_penalty", 1.0) != 1.0 or kwargs.get("frequency_penalty")
                      or kwargs.get("presence_penalty"))
+        # a lazy grammar (a tool call's) is a sampler llama_cpp's chain cannot hold
+        lazy = getattr(kwargs.get("grammar"), "patterns", None) is not None
         extra = (bias or o.dry_multiplier or o.xtc_probability > 0 or o.top_n_sigma > 0 or o.dynatemp_range > 0
-                 or o.min_keep > 1)
+                 or o.min_keep > 1 or lazy)
         if order is None and not extra and not (penalised and last_n != llm.last_n_tokens_size):
             return None  # (a logit_bias stays llama_cpp.server's, a Python processor)
         for token, value in (kwargs.pop("logit_bias", None) or {}).items():  # into the chain's own sampler
@@ -328,7 +332,7 @@ class Shape:
             # What runs before the temperature can move the argmax only as these do; else the
             # argmax of llama_cpp's greedy chain (penalties, grammar) is the same token.
             moves = (bias or (o.dry_multiplier and "dry" in before) or (o.xtc_probability > 0 and "xtc" in before)
-                     or "infill" in before or (penalised and last_n != llm.last_n_tokens_size))
+                     or "infill" in before or (penalised and last_n != llm.last_n_tokens_size) or lazy)
             return chain if moves else None
         if "temperature" not in chain.order and not mirostat:
             kwargs["temperature"] = 1.0  # not in the chain: a draw from the truncated distribution as it is
@@ -421,6 +425,8 @@ class Shape:
     def whole(self, result: dict, call) -> Any:
         if self.warm_up:
             self.blank(result)
+        elif self.answer is not None:
+            self.answer.reshape(result)
         result["timings"] = self.timings(call)
         return pick_fields(result, self.options.response_fields if self.options else None)
 
@@ -439,6 +445,11 @@ class Shape:
             result["usage"]["completion_tokens"] = 0
 
     def events(self, chunk: dict) -> list[dict]:
+        return [{"data": json.dumps(c)} for c in self.chunks(chunk)]
+
+    def chunks(self, chunk: dict) -> list[dict]:
+        """The chunks a stream's next chunk from llama_cpp goes out as (a chat's tool calls and
+        reasoning parsed out of its text: several deltas, or none while a piece is held back)."""
         if self.warm_up:
             self.blank(chunk)
         self.last_chunk = chunk
@@ -453,7 +464,9 @@ class Shape:
                 choice["tokens"] = self.next_tokens()
             if o.timings_per_token:
                 chunk["timings"] = self.partial_timings()
-        return [{"data": json.dumps(chunk)}]
+        if self.answer is not None and not self.warm_up:
+            return self.answer.chunks(chunk)
+        return [chunk]
 
     def visible(self, text: str) -> str:
         """What of a stream's next `text` the client sees: nothing after ``n_indent``'s cut, nor
@@ -483,6 +496,10 @@ class Shape:
         n = len(self.watch.completion_tokens())
         return {"predicted_n": n, "predicted_ms": predicted_ms,
                 "predicted_per_second": 1000 * n / predicted_ms if predicted_ms else 0.0}
+
+    def failed(self, error) -> list[dict]:
+        """The events that end a stream whose generation failed after its 200 went out."""
+        return [error_event(error)]
 
     def closing(self, call) -> list[dict]:
         """The events after the last chunk: OpenAI's usage chunk where asked

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Optional
 
 from fastapi import FastAPI, Request
@@ -19,6 +20,7 @@ from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
 from starlette.exceptions import HTTPException
 
 log = logging.getLogger("plookup.app.serve")
+ANTHROPIC_PATHS = ("/v1/messages",)
 
 
 class APIError(Exception):
@@ -33,10 +35,21 @@ class APIError(Exception):
         self.headers = headers or {}
 
 
+# llama_cpp's refusal of a prompt that fills the context (the only length it checks, as llama-server:
+# max_tokens is bounded by the room left, and generation stops at the context's end)
+PROMPT_OVER_CONTEXT = re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)")
+
+
 def model_error(error: ValueError, body) -> APIError:
     """A ValueError from llama_cpp/plookup while preparing or generating for `body` is the
-    request's fault. llama_cpp.server's formatters word the errors they know (a prompt over the
-    context window)."""
+    request's fault. llama_cpp.server's formatters word the other errors they know."""
+    over = PROMPT_OVER_CONTEXT.search(str(error))
+    if over is not None:
+        prompt, n_ctx = int(over.group(1)), int(over.group(2))
+        param = "messages" if hasattr(body, "messages") else "prompt"
+        return APIError(400, f"the prompt is {prompt} tokens, and the context holds {n_ctx} with the answer: "
+                             f"shorten the {param} or start the server with a larger context (-c)",
+                        param=param, code="context_length_exceeded")
     for pattern, formatter in RouteErrorHandler.pattern_and_formatters.items():
         match = pattern.search(str(error))
         if match is not None:
@@ -49,11 +62,20 @@ def error_response(error: APIError) -> JSONResponse:
     return JSONResponse({"error": error.body}, status_code=error.status, headers=error.headers)
 
 
+def shaped(request: Request, error: APIError) -> JSONResponse:
+    """`error` answered in the shape the route's clients read: Anthropic's on its Messages API."""
+    if request.url.path.startswith(ANTHROPIC_PATHS):
+        from .messages_api import error_body
+
+        return JSONResponse(error_body(error.status, str(error)), status_code=error.status, headers=error.headers)
+    return error_response(error)
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer every failure with OpenAI's error body."""
+    """Answer every failure with OpenAI's error body (Anthropic's on its Messages API)."""
 
     async def api_error(request: Request, error: APIError) -> JSONResponse:
-        return error_response(error)
+        return shaped(request, error)
 
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = error.errors()
@@ -61,25 +83,25 @@ def install_error_handlers(app: FastAPI) -> None:
             if problem["type"] == "json_invalid":  # FastAPI's: the decoder's reason, and where
                 where = f" at character {problem['loc'][1]}" if len(problem["loc"]) > 1 else ""
                 reason = (problem.get("ctx") or {}).get("error", "")
-                return error_response(APIError(400, f"the request body is not valid JSON: {reason}{where}"))
+                return shaped(request, APIError(400, f"the request body is not valid JSON: {reason}{where}"))
         first = problems[0]
         if first["type"] == "missing" and tuple(first["loc"]) == ("body",):
-            return error_response(APIError(400, "the request body is empty: a JSON object is expected"))
+            return shaped(request, APIError(400, "the request body is empty: a JSON object is expected"))
         param = ".".join(str(part) for part in first["loc"] if part != "body") or None
         message = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
-        return error_response(APIError(400, message, param=param))
+        return shaped(request, APIError(400, message, param=param))
 
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         # FastAPI words every other failure to decode a JSON body "There was an error parsing the body".
         if isinstance(error.__cause__, UnicodeDecodeError):
-            return error_response(APIError(400, "the request body is not valid JSON: it is not UTF-8 text"))
+            return shaped(request, APIError(400, "the request body is not valid JSON: it is not UTF-8 text"))
         if isinstance(error.__cause__, RecursionError):
-            return error_response(APIError(400, "the request body is not valid JSON: it is nested too deeply"))
-        return error_response(APIError(error.status_code, str(error.detail), headers=getattr(error, "headers", None)))
+            return shaped(request, APIError(400, "the request body is not valid JSON: it is nested too deeply"))
+        return shaped(request, APIError(error.status_code, str(error.detail), headers=getattr(error, "headers", None)))
 
     async def internal_error(request: Request, error: Exception) -> JSONResponse:
         log.error("internal error answering %s %s", request.method, request.url.path, exc_info=error)
-        return error_response(APIError(500, "internal error", type="internal_server_error"))
+        return shaped(request, APIError(500, "internal error", type="internal_server_error"))
 
     app.add_exception_handler(APIError, api_error)
     app.add_exception_handler(RequestValidationError, invalid_request)

@@ -47,9 +47,18 @@ class CountRequests:
             raise
 
 
+def request_key(headers) -> str:
+    """The API key a request gives: ``Authorization: Bearer KEY``, or Anthropic's ``x-api-key: KEY``
+    (Claude Code's; llama-server takes either). `headers`: a mapping of lower-case names."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return headers.get("x-api-key", "").strip()
+
+
 class RequireKey:
-    """Every path but :data:`OPEN_PATHS` needs ``Authorization: Bearer KEY``, KEY one of `key` (a
-    key, or several, as llama-server's ``--api-key A,B``); 401 otherwise."""
+    """Every path but :data:`OPEN_PATHS` needs ``Authorization: Bearer KEY`` or ``x-api-key: KEY``,
+    KEY one of `key` (a key, or several, as llama-server's ``--api-key A,B``); 401 otherwise."""
 
     def __init__(self, app: ASGIApp, key: Union[str, Sequence[str]]):
         keys = [key] if isinstance(key, str) else list(key)
@@ -60,14 +69,14 @@ class RequireKey:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        scheme, _, token = given.partition(b" ")
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        token = request_key(headers).encode("latin-1")
         # Constant time, and every key compared: the time must not tell how much of a guessed key
         # was right, nor which key it was near.
-        matches = [hmac.compare_digest(token.strip(), key) for key in self.keys]
-        if scheme.lower() == b"bearer" and any(matches):
+        matches = [hmac.compare_digest(token, key) for key in self.keys]
+        if token and any(matches):
             return await self.app(scope, receive, send)
-        error = APIError(401, "a valid API key is required: Authorization: Bearer KEY",
+        error = APIError(401, "a valid API key is required: Authorization: Bearer KEY (or x-api-key: KEY)",
                          code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         await error_response(error)(scope, receive, send)
 

@@ -29,7 +29,7 @@ from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
 from .controls import LlamaOptions, Shape, eog_tokens, indent_cut, pick_fields, stat_counts
 from .errors import APIError
-from .requests import ChatCompletionRequest, CompletionRequest, Prediction
+from .requests import ChatCompletionRequest, ChatMessage, CompletionRequest, Prediction, Tool
 
 LLAMA_ROUTES = frozenset({
     "/completion", "/completions", "/infill", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots",
@@ -100,7 +100,10 @@ class DetokenizeBody(BaseModel):
 
 
 class ApplyTemplateBody(BaseModel):
-    messages: List[llama_cpp.ChatCompletionRequestMessage]  # as the chat route takes them
+    # as the chat route takes them
+    messages: List[ChatMessage]
+    tools: Optional[List[Tool]] = None
+    tool_choice: Optional[Union[str, dict]] = None
 
 
 def piece_json(piece: bytes) -> Union[str, list[int]]:
@@ -437,8 +440,8 @@ def add_token_routes(app: FastAPI, service) -> None:
     @app.post("/apply-template")
     async def apply_template(body: ApplyTemplateBody):
         # The chat route's own preparation, stopped where generation would start: the same prompt.
-        chat = ChatCompletionRequest(messages=body.messages)
-        kwargs, _ = service.arguments(chat)
+        chat = ChatCompletionRequest(messages=body.messages, tools=body.tools, tool_choice=body.tool_choice)
+        kwargs, _ = service.arguments(chat, Shape(chat, llm, service.model_name))
         try:
             tokens = service.probe.prompt("create_chat_completion", kwargs)
         except ValueError as e:

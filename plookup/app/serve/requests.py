@@ -9,6 +9,10 @@ llama_cpp's create_* methods take.
 - Message content as a list of text parts: joined with newlines (as llama-server joins them for a
   template that takes text); an image part is a 400 naming it, since plookup serves text models.
 - A prompt as token ids, or a list of prompts (strings or token-id lists): one choice per prompt.
+- Messages as agents send them: an assistant message that only calls tools has ``content: null``
+  (the spec allows it; llama_cpp's schema wants a string), a tool result is a ``role: "tool"``
+  message with its ``tool_call_id``, and ``developer`` is the newer name of ``system``. Tools are
+  OpenAI function tools, a function without ``parameters`` taking none.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Dict, List, Optional, Union
 import llama_cpp
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
 from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import Literal, NotRequired, TypedDict
 
 from .controls import LlamaOptions
@@ -125,6 +129,63 @@ class Prediction(BaseModel):
     content: Union[str, List[PredictionTextPart]]
 
 
+class ToolCallFunction(BaseModel):
+    name: str
+    arguments: Union[str, Dict[str, Any]] = "{}"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class ChatMessage(BaseModel):
+    """One message of a chat, any role, as OpenAI's clients send them."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: Optional[Union[str, List[Dict[str, Any]]]] = None
+    name: Optional[str] = None
+    tool_calls: Optional[List[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+    reasoning_content: Optional[str] = None
+
+
+def template_messages(messages: List[ChatMessage]) -> List[dict]:
+    """The messages as dicts a chat template reads: only the fields given, ``content`` always a
+    text ("" where null), ``developer`` as ``system``."""
+    out = []
+    for message in messages:
+        m = message.model_dump(exclude_none=True)
+        m["content"] = m.get("content") or ""
+        if m["role"] == "developer":
+            m["role"] = "system"
+        out.append(m)
+    return out
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1)
+    description: Optional[str] = None
+    parameters: Dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str = "function"
+    function: Optional[FunctionTool] = None
+
+
+def function_tools(tools: Optional[List[Tool]]) -> Optional[List[dict]]:
+    """The request's function tools as dicts (a tool of another type is not the model's to call)."""
+    if tools is None:
+        return None
+    return [t.model_dump(exclude_none=True) for t in tools if t.type == "function" and t.function is not None]
+
+
 class CompletionRequest(LlamaOptions, CreateCompletionRequest):
     prompt: Prompt = Field(default="", description="A text, texts, token ids, or lists of token ids (a choice each).")
     prediction: Optional[Prediction] = None
@@ -133,7 +194,10 @@ class CompletionRequest(LlamaOptions, CreateCompletionRequest):
 class ChatCompletionRequest(LlamaOptions, CreateChatCompletionRequest):
     # OpenAI answers 400 to a body without messages and to a negative max_tokens, which
     # llama_cpp.server's schema takes (0 stays "up to the context", as on its /v1/completions).
-    messages: List[llama_cpp.ChatCompletionRequestMessage] = Field(min_length=1)
+    messages: List[ChatMessage] = Field(min_length=1)
+    tools: Optional[List[Tool]] = None
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], Dict[str, Any]]] = None
+    parallel_tool_calls: Optional[bool] = None
     max_tokens: Optional[int] = Field(default=None, ge=0)
     response_format: Optional[ResponseFormat] = None
     prediction: Optional[Prediction] = None

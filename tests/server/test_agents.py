@@ -1,0 +1,220 @@
+"""Coding agents' requests through `plookup serve`'s app, driven by the real `openai` and `anthropic`
+SDKs on Qwen2.5-Coder-0.5B (its template's tool calls are Hermes' ``<tool_call>``): chat with tools
+(auto, required, a named function; streamed and not), the turn after a call, OpenAI's Responses
+API and Anthropic's Messages API, each answered with the calls as calls.
+
+Greedy throughout: where the grammar binds (required, named) the call's shape does not depend on
+the model's skill; where it does not (auto), the test says what this model writes."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+import plookup
+from conftest import CODER, LLAMA_KWARGS
+from plookup.app.serve.app import create_app
+from plookup.draft.policy import CPU_COST_CURVE
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+READ = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file of the repository",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+GREEDY = dict(model="qwen", temperature=0.0, max_tokens=64)
+
+
+@pytest.fixture(scope="module")
+def coder_llm(model_path):
+    return plookup.Llama(model_path[CODER], cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
+
+
+@pytest.fixture(scope="module")
+def app_client(coder_llm):
+    with TestClient(create_app(coder_llm, "qwen")) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def oai(app_client):
+    return openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=app_client, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def claude(app_client):
+    return anthropic.Anthropic(base_url="http://testserver", api_key="unused", http_client=app_client, max_retries=0)
+
+
+def only_call(message) -> tuple[str, dict]:
+    assert message.tool_calls is not None and len(message.tool_calls) == 1, message
+    call = message.tool_calls[0]
+    assert call.id and call.type == "function"
+    return call.function.name, json.loads(call.function.arguments)
+
+
+def streamed_message(stream) -> tuple[str, list[dict], str]:
+    """(content, calls, finish_reason) put together from a chat stream's deltas as clients do, each
+    call delta checked to carry its index, id, name and a function object (opencode's AI SDK
+    refuses id-only deltas)."""
+    content, calls, finish = "", {}, None
+    for chunk in stream:
+        choice = chunk.choices[0] if chunk.choices else None
+        if choice is None:
+            continue
+        content += choice.delta.content or ""
+        for delta in choice.delta.tool_calls or ():
+            assert delta.id and delta.function is not None and delta.function.name and delta.type == "function"
+            call = calls.setdefault(delta.index, {"id": delta.id, "name": delta.function.name, "arguments": ""})
+            assert (call["id"], call["name"]) == (delta.id, delta.function.name)
+            call["arguments"] += delta.function.arguments or ""
+        finish = choice.finish_reason or finish
+    return content, [calls[i] for i in sorted(calls)], finish
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_required_call_is_a_call_streamed_or_not(oai, choice):
+    whole = oai.chat.completions.create(messages=ASK, tools=[WEATHER, READ], tool_choice=choice, **GREEDY)
+    assert whole.choices[0].finish_reason == "tool_calls"
+    name, arguments = only_call(whole.choices[0].message)
+    assert name == "get_weather" and arguments == {"city": "Paris"}
+    assert not whole.choices[0].message.content
+    stream = oai.chat.completions.create(messages=ASK, tools=[WEATHER, READ], tool_choice=choice, stream=True,
+                                         **GREEDY)
+    content, calls, finish = streamed_message(stream)
+    assert (content, finish) == ("", "tool_calls")
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", whole.choices[0].message.tool_calls[0]
+                                                             .function.arguments)]
+
+
+def test_a_named_function_is_the_one_called(oai):
+    choice = {"type": "function", "function": {"name": "read_file"}}
+    whole = oai.chat.completions.create(messages=ASK, tools=[WEATHER, READ], tool_choice=choice, **GREEDY)
+    assert only_call(whole.choices[0].message)[0] == "read_file"
+
+
+def test_auto_lets_the_model_call_or_answer(oai):
+    """Auto: the model chooses. Asked for the weather with the tool offered, this model calls it;
+    asked for a sum, it answers in text. Either way no call markup is left in the content (once
+    the model starts a call, the grammar holds it to a well-formed one)."""
+    called = oai.chat.completions.create(messages=ASK, tools=[WEATHER], **GREEDY)
+    assert called.choices[0].finish_reason == "tool_calls"
+    assert only_call(called.choices[0].message) == ("get_weather", {"city": "Paris"})
+    stream = oai.chat.completions.create(messages=ASK, tools=[WEATHER], stream=True, **GREEDY)
+    content, calls, finish = streamed_message(stream)
+    assert (content, finish, len(calls)) == ("", "tool_calls", 1)
+    answered = oai.chat.completions.create(messages=[{"role": "user", "content": "What is 2 + 2? Answer in words."}],
+                                           tools=[WEATHER], **GREEDY)
+    message = answered.choices[0].message
+    assert answered.choices[0].finish_reason == "stop" and not message.tool_calls
+    assert message.content and "<tool_call>" not in message.content
+
+
+def test_none_offers_no_tool(oai):
+    result = oai.chat.completions.create(messages=ASK, tools=[WEATHER], tool_choice="none", **GREEDY)
+    assert not result.choices[0].message.tool_calls and result.choices[0].finish_reason in ("stop", "length")
+
+
+def test_the_turn_after_a_call(oai, app_client):
+    """qwen-code and opencode send the assistant's call with ``content: null``, then the tool's
+    result: rendered as the template renders a call (its arguments an object, not a JSON string
+    quoted again) and answered. (This small model calls the tool again; the turn is what is tested.)"""
+    messages = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 24 degrees Celsius."},
+    ]
+    prompt = app_client.post("/apply-template", json={"messages": messages, "tools": [WEATHER]}).json()["prompt"]
+    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+            '</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nSunny, 24 degrees Celsius.\n</tool_response>'
+            '<|im_end|>\n<|im_start|>assistant\n') in prompt
+    assert prompt.count("get_weather") == 2  # offered once, called once
+    result = oai.chat.completions.create(messages=messages, tools=[WEATHER], **GREEDY)
+    assert result.choices[0].finish_reason in ("stop", "tool_calls")
+
+
+def test_a_prompt_that_fits_is_answered_up_to_the_context(model_path):
+    """As llama-server: the prompt alone is checked, and a max_tokens past the context ends at it
+    (agents send large max_tokens by default; ignore_eos keeps the model from stopping first)."""
+    small = plookup.Llama(model_path[CODER], cost_curve=CPU_COST_CURVE, **dict(LLAMA_KWARGS, n_ctx=256))
+    with TestClient(create_app(small, "qwen")) as client:
+        body = {"messages": [{"role": "user", "content": "Count from 1 to 5000, one number a line."}],
+                "max_tokens": 100_000, "temperature": 0.0, "ignore_eos": True}
+        answer = client.post("/v1/chat/completions", json=body).json()
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert answer["usage"]["prompt_tokens"] + answer["usage"]["completion_tokens"] == small.n_ctx()
+
+
+def test_responses_with_tools_streamed_and_not(oai):
+    tool = {"type": "function", "name": "get_weather", "description": "Get the current weather in a city",
+            "parameters": WEATHER["function"]["parameters"]}
+    kwargs = dict(model="qwen", input="What is the weather in Paris?", tools=[tool], tool_choice="required",
+                  temperature=0.0, max_output_tokens=64)
+    whole = oai.responses.create(**kwargs)
+    calls = [item for item in whole.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris"}
+    events = list(oai.responses.create(stream=True, **kwargs))
+    kinds = [event.type for event in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert "response.function_call_arguments.delta" in kinds
+    final = events[-1].response
+    streamed = [item for item in final.output if item.type == "function_call"]
+    assert [(c.name, c.arguments) for c in streamed] == [(calls[0].name, calls[0].arguments)]
+    plain = oai.responses.create(model="qwen", instructions="Answer briefly.", input="Say hello.", temperature=0.0,
+                                 max_output_tokens=16)
+    assert plain.output_text and plain.status in ("completed", "incomplete")
+
+
+def test_responses_refuses_previous_response_id(oai):
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        oai.responses.create(model="qwen", input="hi", previous_response_id="resp_123", max_output_tokens=4)
+
+
+def test_messages_with_tools_streamed_and_not(claude):
+    tool = {"name": "get_weather", "description": "Get the current weather in a city",
+            "input_schema": WEATHER["function"]["parameters"]}
+    kwargs = dict(model="claude-sonnet-4-5", max_tokens=64, extra_body={"temperature": 0.0}, tools=[tool],
+                  tool_choice={"type": "any"}, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                  system=[{"type": "text", "text": "You are a helpful assistant.", "cache_control": {"type": "ephemeral"}}])
+    whole = claude.messages.create(**kwargs)
+    assert whole.stop_reason == "tool_use" and whole.model == "claude-sonnet-4-5"
+    uses = [block for block in whole.content if block.type == "tool_use"]
+    assert len(uses) == 1 and uses[0].name == "get_weather" and uses[0].input == {"city": "Paris"}
+    with claude.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == [("get_weather", {"city": "Paris"})]
+    answer = claude.messages.create(model="any", max_tokens=16, extra_body={"temperature": 0.0},
+                                    messages=[{"role": "user", "content": "Say hello."}])
+    assert answer.content[0].type == "text" and answer.content[0].text and answer.usage.input_tokens > 0
+
+
+def test_messages_count_tokens_and_beta_path(claude, app_client):
+    counted = claude.messages.count_tokens(model="any", messages=[{"role": "user", "content": "Say hello."}])
+    assert counted.input_tokens > 0
+    response = app_client.post("/v1/messages?beta=true", json={
+        "model": "any", "max_tokens": 4, "temperature": 0.0, "messages": [{"role": "user", "content": "Say hello."}]})
+    assert response.status_code == 200 and response.json()["type"] == "message"
+
+
+def test_messages_errors_in_anthropics_shape(claude):
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="any", max_tokens=4, messages=[{"role": "user", "content": [image]}])
+    assert refused.value.body["type"] == "error" and refused.value.body["error"]["type"] == "invalid_request_error"
+    assert "image" in refused.value.body["error"]["message"]
