@@ -218,3 +218,16 @@ def test_messages_errors_in_anthropics_shape(claude):
         claude.messages.create(model="any", max_tokens=4, messages=[{"role": "user", "content": [image]}])
     assert refused.value.body["type"] == "error" and refused.value.body["error"]["type"] == "invalid_request_error"
     assert "image" in refused.value.body["error"]["message"]
+
+
+def test_claude_codes_first_request_shapes(claude):
+    """What Claude Code 2.1 sends on its first turn and once broke the server: a ``system`` message
+    between the turns (with any model name it does not know), and a tool whose string may be
+    524288 characters long (a grammar spelling that bound out overflowed llama.cpp's parser: the
+    server died)."""
+    workflow = {"name": "Workflow", "description": "Run a workflow script", "input_schema": {
+        "type": "object", "required": ["script"], "properties": {"script": {"type": "string", "maxLength": 524288}}}}
+    answer = claude.messages.create(model="qwen", max_tokens=8, tools=[workflow], extra_body={"temperature": 0.0},
+                                    messages=[{"role": "user", "content": "Say hello."},
+                                              {"role": "system", "content": "Available agent types: none"}])
+    assert answer.type == "message" and answer.stop_reason in ("end_turn", "max_tokens", "tool_use")

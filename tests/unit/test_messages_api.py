@@ -187,7 +187,7 @@ def test_blocks_that_are_not_text_are_refused_by_name(messages, where, kind):
 
 @pytest.mark.parametrize("change", [
     {"messages": None},
-    {"messages": [{"role": "system", "content": "Hi"}]},
+    {"messages": [{"role": "tool", "content": "Hi"}]},
     {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
     {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "Read", "input": "x"}]}]},
     {"tool_choice": {"type": "tool"}},
@@ -427,3 +427,16 @@ def test_an_error_event_in_a_stream_is_an_sdk_error():
     with pytest.raises(anthropic.APIStatusError, match="the server is busy"):
         with sdk_stream(sse(events)) as stream:
             stream.get_final_message()
+
+
+def test_a_system_message_between_the_turns_stays_where_it_is():
+    """Claude Code 2.1 sends its agents' listing as a ``system`` message after the first user turn."""
+    request = MessagesRequest.model_validate({"model": "m", "max_tokens": 8, "system": "Be brief.", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "system", "content": "Available agent types: claude"},
+        {"role": "system", "content": [{"type": "text", "text": "More."}]},
+    ]})
+    assert to_chat(request)["messages"] == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+        {"role": "system", "content": "Available agent types: claude"}, {"role": "system", "content": "More."},
+    ]

@@ -387,3 +387,33 @@ def test_canitoolcall_fixtures():
     for fixture in fixtures.load_fixtures(families=list(FAMILIES)):
         passed[fixture.family] += _conforms(fixture, family_for(fixture))
     assert dict(passed) == PASSING
+
+
+def test_a_huge_length_bound_is_left_out_of_the_grammar():
+    """Claude Code's Workflow tool: a string of maxLength 524288, which llama_cpp's converter wrote
+    as that many nested groups (4.2 MB, a stack overflow in llama.cpp's parser). Bounds up to
+    MAX_BOUND stay."""
+    from plookup.app.serve.toolcalls.grammars import MAX_BOUND
+
+    workflow = {"type": "function", "function": {"name": "Workflow", "parameters": {
+        "type": "object", "required": ["script"], "properties": {
+            "script": {"type": "string", "maxLength": 524288},
+            "steps": {"type": "array", "items": {"type": "string", "pattern": "^a{1,100000}$"}, "maxItems": 70000},
+            "tag": {"type": "string", "maxLength": 3},
+        }}}}
+    grammar = Hermes().grammar([workflow], parallel=False)
+    assert len(grammar) < 20_000
+    assert grammar.count("(") < 200
+    bounded = Hermes().grammar([{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"s": {"type": "string", "maxLength": MAX_BOUND}}}}}], parallel=False)
+    assert len(bounded) > len(Hermes().grammar([{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"s": {"type": "string"}}}}}], parallel=False))
+
+
+def test_response_format_and_json_schema_leave_huge_bounds_out_too():
+    from plookup.app.serve.controls import json_schema_grammar
+    from plookup.app.serve.requests import response_format_grammar
+
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 524288}}}
+    structured = response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    assert len(structured._grammar) < 5_000 and len(json_schema_grammar(schema)) < 5_000

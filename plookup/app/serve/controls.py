@@ -28,6 +28,7 @@ from ...api.fim import check_fim, infill_prompt
 from ...draft.values import Speculative
 from ...verify.chain import DEFAULT_ORDER, Chain, sampler_order
 from .errors import APIError, error_event
+from .toolcalls.grammars import loosened
 
 # llama-server's one-letter sampler names (its `--sampling-seq`)
 SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p", "p": "top_p",
@@ -133,7 +134,7 @@ def json_schema_grammar(schema) -> str:
     if schema is True or schema == {}:
         return JSON_GBNF
     try:
-        return json_schema_to_gbnf(json.dumps(schema))
+        return json_schema_to_gbnf(json.dumps(loosened(schema)))  # (bounds a grammar can hold)
     except Exception as e:  # the converter raises what it meets (KeyError, ValueError, ...)
         raise ValueError(f"the JSON schema cannot be turned into a grammar: {e!r}") from e
 

@@ -103,7 +103,8 @@ ContentBlock = Annotated[
 
 
 class InputMessage(BaseModel):
-    role: Literal["user", "assistant"]
+    # Claude Code 2.1 also sends ``system`` messages between the turns (its agents' listings)
+    role: Literal["user", "assistant", "system"]
     content: Union[str, List[ContentBlock]]
 
 
@@ -194,6 +195,8 @@ def chat_messages(request: MessagesRequest) -> list[dict]:
         where = f"messages.{i}.content"
         if isinstance(message.content, str):
             messages.append({"role": message.role, "content": message.content})
+        elif message.role == "system":  # where it stands: the prompt before it stays a cached prefix
+            messages.append({"role": "system", "content": system_text([b for b in message.content if b.type == "text"])})
         elif message.role == "user":
             messages.extend(user_turn(message.content, where))
         else:

@@ -28,6 +28,7 @@ from typing_extensions import Literal, NotRequired, TypedDict
 
 from .controls import LlamaOptions
 from .errors import APIError
+from .toolcalls.grammars import loosened
 
 
 class JSONSchema(TypedDict):
@@ -61,7 +62,7 @@ def response_format_grammar(response_format: Optional[dict]) -> Optional[LlamaGr
     if schema is None:  # any JSON, as OpenAI's json_object
         return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
     try:
-        gbnf = json_schema_to_gbnf(json.dumps(schema))
+        gbnf = json_schema_to_gbnf(json.dumps(loosened(schema)))  # (bounds a grammar can hold)
     except Exception as e:  # the converter asserts what it takes; a schema may trip anything else too
         reason = str(e) if isinstance(e, (AssertionError, ValueError)) and str(e) else f"{type(e).__name__}: {e}"
         raise APIError(400, f"{param}: this JSON schema cannot be turned into a grammar: {reason}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 from llama_cpp.llama_grammar import SchemaConverter
 
@@ -39,6 +40,32 @@ def _functions(tools: list[dict]) -> list[tuple[str, dict]]:
     return out
 
 
+# The largest length or count bound a grammar spells out. llama_cpp's converter writes a bound of n
+# as n nested optional groups, and llama.cpp's grammar parser recurses once per level: Claude Code's
+# Workflow tool (a string of maxLength 524288) overflowed the stack and killed the server. A larger
+# bound is left out (the grammar allows more than the schema, never less).
+MAX_BOUND = 256
+_BOUNDS = ("minLength", "maxLength", "minItems", "maxItems")
+_REPEAT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+
+
+def loosened(schema):
+    """`schema` without the bounds over MAX_BOUND (nor a pattern that repeats more often)."""
+    if isinstance(schema, list):
+        return [loosened(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in _BOUNDS and isinstance(value, int) and value > MAX_BOUND:
+            continue
+        if key == "pattern" and isinstance(value, str) and any(
+                int(n) > MAX_BOUND for m in _REPEAT.finditer(value) for n in m.groups() if n):
+            continue
+        out[key] = loosened(value)
+    return out
+
+
 class _Grammar:
     """Rules of one grammar: the converter's (argument schemas) and the family's own."""
 
@@ -50,7 +77,7 @@ class _Grammar:
         """The rule for JSON text that ``schema`` allows; any JSON object where the converter
         cannot convert the schema."""
         try:
-            resolved = self._conv.resolve_refs(copy.deepcopy(schema), prefix)
+            resolved = self._conv.resolve_refs(loosened(copy.deepcopy(schema)), prefix)
             return self._conv.visit(resolved, prefix)
         except Exception:  # the converter asserts and raises on schemas it does not support
             return self._conv.visit({"type": "object"}, prefix + "-any")
