@@ -125,6 +125,21 @@ def test_auto_lets_the_model_call_or_answer(oai):
     assert message.content and "<tool_call>" not in message.content
 
 
+def test_a_call_after_the_models_reasoning_in_prose(oai):
+    """canitoolcall's reasoning-then-call: this model reasons in prose, then writes the call object
+    untagged at the end; the grammar holds it once it names the tool, and it comes back as a call
+    with the prose as content (llama-server reads an untagged call at the answer's start only)."""
+    record = {"type": "function", "function": {"name": "record_answer", "description": "Record the final answer.",
+                                               "parameters": {"type": "object", "properties": {"answer": {"type": "string"}},
+                                                              "required": ["answer"]}}}
+    ask = [{"role": "user", "content": "Think it through step by step: which number is larger, 9.11 or 9.9? "
+                                       "Then record the larger number with the record_answer tool."}]
+    result = oai.chat.completions.create(messages=ask, tools=[record], **dict(GREEDY, max_tokens=200))
+    message = result.choices[0].message
+    assert result.choices[0].finish_reason == "tool_calls" and message.content and "{" not in message.content
+    assert only_call(message)[0] == "record_answer"
+
+
 def test_none_offers_no_tool(oai):
     result = oai.chat.completions.create(messages=ASK, tools=[WEATHER], tool_choice="none", **GREEDY)
     assert not result.choices[0].message.tool_calls and result.choices[0].finish_reason in ("stop", "length")

@@ -169,6 +169,9 @@ UNTAGGED = [
     ('{"name": "get_weather", "arguments": {"city": "Paris"}}', True),
     ('```\n{"name": "get_time", "arguments": {}}\n```\n', True),
     ('{"name": "get_weather", "arguments": {"city": "Paris"}} and then some prose', False),
+    ('Step 1: compare.\nTherefore, the final answer is:\n{"name": "get_weather", "arguments": {"city": "Paris"}}', True),
+    ('Use `get_weather` like ``this``: ```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```', True),
+    ('A dict {"a": 1} and {"name": "other", "x": {}} then ``', False),
     ('```json\n{"name": "delete_everything", "arguments": {}}\n```', False),  # not an offered tool
     ('```python\nprint(1)\n```', False),
     ('{"city": "Paris"}', False),
@@ -178,13 +181,15 @@ UNTAGGED = [
 
 @pytest.mark.parametrize("text, called", UNTAGGED)
 def test_hermes_untagged_call_is_the_whole_answer_naming_a_tool(text, called):
-    """Qwen2.5-Coder-0.5B answers ``tool_choice: auto`` with the call object alone, often fenced:
-    a call where it is the whole answer and names an offered tool, else content; a stream
-    shows it at the end (only then is it the whole answer), and never shows text it takes back."""
+    """Qwen2.5-Coder-0.5B answers ``tool_choice: auto`` with the call object alone, often fenced, or
+    ends its prose with one: a call where nothing follows it and it names an offered tool, else
+    content; a stream shows it at the end (only then is it known to end the answer), and never
+    shows text it takes back."""
     fmt = Hermes().bind(TOOLS)
     whole = fmt.parse(text)
     if called:
-        assert whole.content == "" and len(whole.calls) == 1
+        assert whole.content == text[: text.find("{") if "`" not in text else text.find("```")].strip()
+        assert len(whole.calls) == 1
         assert json.loads(whole.calls[0].arguments) == {"city": "Paris"} or whole.calls[0].name == "get_time"
     else:
         assert whole == Parsed(content=text.strip())
@@ -197,10 +202,11 @@ def test_hermes_untagged_call_is_the_whole_answer_naming_a_tool(text, called):
 def test_hermes_untagged_trigger_names_the_tools():
     patterns = Hermes().bind(TOOLS).trigger_patterns()
     assert patterns[0] == "<tool_call>"
-    assert re.fullmatch(patterns[1], '```json\n{\n  "name": "get_weather", "arg')
-    assert re.fullmatch(patterns[1], '<think>hm</think>\n{"name": "get_time"')
-    assert not re.fullmatch(patterns[1], 'Sure: {"name": "get_weather"')
-    assert not re.fullmatch(patterns[1], '{"name": "rm"')
+    # llama.cpp searches the text for a pattern; the grammar starts at its first group
+    found = re.search(patterns[1], 'Sure:\n```json\n{\n  "name": "get_weather", "arg')
+    assert found and found.start(1) == len("Sure:\n")
+    assert re.search(patterns[1], '<think>hm</think>\n{"name": "get_time"')
+    assert not re.search(patterns[1], '{"name": "rm"') and not re.search(patterns[1], '{"name": "get_weathe')
 
 
 def test_partial_hermes_streams_arguments_and_holds_markers():

@@ -80,23 +80,46 @@ def _pending_section(call: Call | None, end: int | None) -> Section | None:
 class Hermes(ToolFormat):
     """Hermes 2 Pro / Qwen2.5 / Qwen3: ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``.
 
-    Small Qwen2.5 models often leave the tags out and answer with the call object alone, bare or
-    in a ```json fence. As llama.cpp's Hermes 2 Pro handler, such an answer is a call where it is
-    the whole answer and names an offered tool (so a request's tools must be bound)."""
+    Small Qwen2.5 models often leave the tags out and write the call object alone, bare or in a
+    ```json fence, as the whole answer or at its end after their reasoning in prose. Such an object
+    is a call where it names an offered tool (so a request's tools must be bound) and nothing but
+    whitespace follows it (llama.cpp's Hermes 2 Pro handler reads it at the answer's start only)."""
 
     name: ClassVar[str] = "hermes"
     starts: ClassVar[tuple[str, ...]] = ("<tool_call>",)
     _header: ClassVar[re.Pattern] = re.compile(r'\{\s*"name"\s*:\s*' + _NAME_STR + r'\s*,\s*"(?:arguments|parameters)"\s*:\s*')
     _fence: ClassVar[re.Pattern] = re.compile(r"```(?:json)?[ \t]*\n?\s*")
+    _opening: ClassVar[re.Pattern] = re.compile(r"\{|```|`{1,2}\Z")  # (a tail of backticks may become a fence)
+    _name_head: ClassVar[re.Pattern] = re.compile(r'\{\s*"name"\s*:\s*"([^"\\]*"?)')  # the name so far
+    _head_prefix: ClassVar[re.Pattern] = re.compile(r'\{\s*(?:"(?:n(?:a(?:m(?:e(?:"\s*(?::\s*)?)?)?)?)?)?)?')
 
     def names(self) -> list[str]:
         return [t.get("function", t).get("name") for t in self.tools]
 
     def _find_start(self, text, pos, at_output_start):
-        i = _skip_ws(text, pos)
-        if at_output_start and self.tools and i < len(text) and text[i] in "{`":
-            return i, text[i]  # one character: where it is no call, only it is taken as text
-        return super()._find_start(text, pos, at_output_start)
+        tagged = super()._find_start(text, pos, at_output_start)
+        if not self.tools:
+            return tagged
+        end = tagged[0] if tagged[0] >= 0 else len(text)
+        for m in self._opening.finditer(text, pos, end):
+            if self._may_open_call(text, m.start()):
+                return m.start(), text[m.start()]  # one character: where it is no call, only it is content
+        return tagged
+
+    def _may_open_call(self, text, i) -> bool:
+        """Whether an untagged call to an offered tool may start at `i` (a ``{`` or a fence): its
+        head so far agrees with one, or the text ends before it can tell."""
+        if text[i] == "`":
+            i = self._after_fence(text, i, partial=True)
+            if i is None or i < 0:
+                return i is not None  # -1: the text ends inside what may become a fence
+            if text[i] != "{":
+                return False
+        rest = text[i:]
+        if self._head_prefix.fullmatch(rest):  # it ends before the name begins
+            return True
+        head = self._name_head.match(rest)  # the name as far as it is written, its closing quote too
+        return head is not None and any((n + '"').startswith(head.group(1)) for n in self.names())
 
     def _section(self, text, start, marker, partial):
         if marker in "{`":
@@ -153,13 +176,12 @@ class Hermes(ToolFormat):
         return grammars.hermes(tools, parallel)
 
     def trigger_patterns(self):
-        # the tags anywhere; an untagged call only as the whole answer (after any reasoning),
-        # from the name of one of the request's tools on (llama.cpp's Hermes 2 Pro triggers)
+        # the tags, or an untagged call object from the name of one of the request's tools on: the
+        # grammar then holds it to a whole call that ends the answer
         patterns = super().trigger_patterns()
         if self.tools:
             names = "|".join(re.escape(n) for n in self.names())
-            patterns.append(r'^\s*(?:<think>[\s\S]*?</think>\s*)?((?:```(?:json)?\s*)?\{\s*"name"\s*:\s*"(?:'
-                            + names + r')")[\s\S]*$')
+            patterns.append(r'((?:```(?:json)?\s*)?\{\s*"name"\s*:\s*"(?:' + names + r')")')
         return patterns
 
 
