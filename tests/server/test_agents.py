@@ -190,6 +190,9 @@ def test_responses_with_tools_streamed_and_not(oai):
     final = events[-1].response
     streamed = [item for item in final.output if item.type == "function_call"]
     assert [(c.name, c.arguments) for c in streamed] == [(calls[0].name, calls[0].arguments)]
+    # the same prompt again: all but its last token found in the cache, and said so
+    assert final.usage.input_tokens == whole.usage.input_tokens
+    assert final.usage.input_tokens_details.cached_tokens == whole.usage.input_tokens - 1
     plain = oai.responses.create(model="qwen", instructions="Answer briefly.", input="Say hello.", temperature=0.0,
                                  max_output_tokens=16)
     assert plain.output_text and plain.status in ("completed", "incomplete")

@@ -58,7 +58,8 @@ class ConvertedShape(Shape):
     def usage(self, call) -> dict:
         completion = 0 if self.warm_up else len(self.watch.completion_tokens())
         return {"prompt_tokens": len(self.prompt), "completion_tokens": completion,
-                "total_tokens": len(self.prompt) + completion}
+                "total_tokens": len(self.prompt) + completion,
+                "prompt_tokens_details": {"cached_tokens": self.timings(call)["cache_n"]}}
 
 
 class MessagesShape(ConvertedShape):

@@ -429,6 +429,8 @@ class Shape:
         elif self.answer is not None:
             self.answer.reshape(result)
         result["timings"] = self.timings(call)
+        if "usage" in result:  # OpenAI's count of the prompt tokens the cache held (the agents' wires read it)
+            result["usage"]["prompt_tokens_details"] = {"cached_tokens": result["timings"]["cache_n"]}
         return pick_fields(result, self.options.response_fields if self.options else None)
 
     def blank(self, result: dict) -> None:
