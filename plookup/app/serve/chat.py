@@ -82,10 +82,7 @@ class ToolPlan:
         if not self.tools:
             return None
         gbnf = self.format.grammar(list(self.tools), self.parallel)
-        patterns = self.format.trigger_patterns()
-        if self.required and self.format.name != "generic":
-            return grammar_of(gbnf, [])
-        return grammar_of(gbnf, [] if self.format.name == "generic" else patterns)
+        return grammar_of(gbnf, [] if self.required else self.format.trigger_patterns())  # (generic's: none)
 
     def answer(self, prompt_end: str) -> "Answer":
         """The reader of this request's answer; `prompt_end`: the rendered prompt's last text, which
@@ -145,8 +142,8 @@ class Answer:
             message["reasoning_content"] = parsed.reasoning
         if parsed.calls:
             message["tool_calls"] = [
-                {"id": self.call_id(i), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for i, c in enumerate(parsed.calls)
+                {"id": new_call_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in parsed.calls
             ]
         return message
 
