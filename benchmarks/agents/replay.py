@@ -1,0 +1,154 @@
+"""An agent session replayed on each server (issue 45 item 6): the requests a real agent client sent
+(recorded by record_proxy.py), sent again in order to `plookup serve` and to llama-server, each
+freshly started with the same command line, runs alternating which system goes first.
+
+    python benchmarks/agents/replay.py LLAMA_SERVER SESSION.jsonl [--model M] [--runs 3] [--json OUT]
+
+SESSION.jsonl: one request a line, ``{"path": "/v1/responses", "body": {...}}``, in the order the
+agent sent them (sessions/ holds the four clients' sessions recorded by record_proxy.py: see
+README.md). Each request is replayed as recorded (its route, tools, messages and max tokens)
+but greedy and not streamed, so that both servers answer the same question the same way where
+their logits agree; the answer each server gives is its own, and the next request carries the
+agent's recorded history, not that answer, so every system sees the same prompts.
+
+Per turn: the wall time, and from each server's /metrics (llama-server's names, which plookup
+serves too) the prompt tokens evaluated (a turn whose prompt extends the last one's reuses the
+cached prefix), the tokens generated, the decode calls, and the draft tokens and accepted ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from plookup.app.bench.llama_server import free_port, wait_healthy
+from plookup.app.models import resolve_model
+
+THREADS = 2
+SYSTEMS = {
+    "plookup": None,  # plookup serve at its defaults (its drafting on)
+    "llama-server": [],  # llama-server at its defaults (no drafting)
+    "llama-server ngram-mod": ["--spec-type", "ngram-mod"],
+}
+COUNTERS = {
+    "prompt_tokens": "llamacpp:prompt_tokens_total",
+    "generated": "llamacpp:tokens_predicted_total",
+    "decodes": "llamacpp:n_decode_total",
+    "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
+    "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+}
+
+
+def start(system: str, binary: str, model: str, n_ctx: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    common = ["-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(THREADS), "-tb", str(THREADS),
+              "-c", str(n_ctx), "-np", "1"]
+    if SYSTEMS[system] is None:
+        command = [sys.executable, "-m", "plookup.app.cli", "serve", *common, "-q"]
+    else:
+        command = [binary, *common, "--metrics", "--jinja", *SYSTEMS[system]]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(process, url, system, 600)
+    return process, url
+
+
+def counters(url: str) -> dict:
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name.split("{")[0]] = float(value)
+    return {key: values.get(name, 0.0) for key, name in COUNTERS.items()}
+
+
+LENGTH_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
+
+
+def send(url: str, path: str, body: dict, cap: int) -> int:
+    """One recorded request, greedy, not streamed, its answer's length capped at `cap` tokens
+    (agents ask for tens of thousands, and a small model may loop to the end)."""
+    body = dict(body, stream=False, temperature=0.0)
+    for field in LENGTH_FIELDS:
+        if field in body:
+            body[field] = min(body[field] or cap, cap)
+    if not any(field in body for field in LENGTH_FIELDS):
+        body["max_output_tokens" if path.endswith("/responses") else "max_tokens"] = cap
+    request = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json",
+                                                                             "x-api-key": "unused"})
+    try:
+        with urllib.request.urlopen(request, timeout=3600) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        print(f"  {path}: {e.code} {e.read()[:300]!r}", flush=True)
+        return e.code
+
+
+def replay(url: str, session: list[dict], cap: int) -> list[dict]:
+    turns = []
+    for request in session:
+        before, began = counters(url), time.perf_counter()
+        status = send(url, request["path"], request["body"], cap)
+        seconds = time.perf_counter() - began
+        after = counters(url)
+        turns.append({"status": status, "seconds": seconds, **{k: after[k] - before[k] for k in COUNTERS}})
+    return turns
+
+
+def summary(turns: list[dict]) -> str:
+    seconds = sorted(t["seconds"] for t in turns)
+    p90 = seconds[min(len(seconds) - 1, int(0.9 * len(seconds)))]
+    total = {k: sum(t[k] for t in turns) for k in COUNTERS}
+    failed = sum(t["status"] != 200 for t in turns)
+    return (f"turns {len(turns)} ({failed} failed), wall {sum(seconds):7.1f} s, per turn median {statistics.median(seconds):6.1f} s "
+            f"p90 {p90:6.1f} s; prompt tokens {total['prompt_tokens']:.0f}, generated {total['generated']:.0f}, "
+            f"decodes {total['decodes']:.0f}, accepted/drafted {total['accepted']:.0f}/{total['drafted']:.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("llama_server")
+    parser.add_argument("session")
+    parser.add_argument("--model", default="qwen-coder-0.5b:q8_0")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--n-ctx", type=int, default=32768)
+    parser.add_argument("--max-tokens", type=int, default=512, help="the most tokens a turn's answer may have")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    with open(args.session, encoding="utf-8") as f:
+        session = [json.loads(line) for line in f if line.strip()]
+    model = resolve_model(args.model)
+    systems = args.systems.split(",")
+    record = {"model": model, "threads": THREADS, "n_ctx": args.n_ctx, "max_tokens": args.max_tokens, "session": args.session,
+              "requests": len(session), "runs": []}
+    for repeat in range(args.runs):
+        order = systems if repeat % 2 == 0 else systems[::-1]  # alternating: the machine's drift falls on both
+        for system in order:
+            process, url = start(system, args.llama_server, model, args.n_ctx)
+            try:
+                turns = replay(url, session, args.max_tokens)
+            finally:
+                process.terminate()
+                process.wait(timeout=60)
+            print(f"{system:24s} run {repeat + 1}: {summary(turns)}", flush=True)
+            record["runs"].append({"system": system, "repeat": repeat, "turns": turns})
+    for system in systems:
+        walls = [sum(t["seconds"] for t in r["turns"]) for r in record["runs"] if r["system"] == system]
+        print(f"{system:24s} walls {', '.join(f'{w:.1f}' for w in walls)} s, median {statistics.median(walls):.1f}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
