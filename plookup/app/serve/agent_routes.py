@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from . import messages_api, responses_api
 from .controls import Shape
-from .errors import APIError
+from .errors import APIError, validation_message
 from .requests import ChatCompletionRequest
 
 AGENT_ROUTES = frozenset({"/v1/responses", "/responses", "/v1/messages", "/v1/messages/count_tokens"})
@@ -29,9 +29,7 @@ def chat_request(body: dict) -> ChatCompletionRequest:
     try:
         return ChatCompletionRequest.model_validate(body)
     except ValidationError as e:
-        problems = e.errors()
-        message = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
-        raise APIError(400, message) from e
+        raise APIError(400, validation_message(e.errors())) from e
 
 
 def converted(to_chat, request) -> ChatCompletionRequest:
@@ -73,16 +71,19 @@ class MessagesShape(ConvertedShape):
     def whole(self, result: dict, call) -> Any:
         return messages_api.from_chat(super().whole(result, call), self.asked_model)
 
-    def events(self, chunk: dict) -> list[dict]:
+    def events_of(self) -> messages_api.MessageStream:
+        """The stream's events, begun at its first chunk (or at its closing where it had none)."""
         if self.stream is None:
             self.stream = messages_api.MessageStream(self.asked_model, len(self.prompt))
-        return [event for c in self.finished(self.chunks(chunk)) for event in self.stream.events(c)]
+        return self.stream
+
+    def events(self, chunk: dict) -> list[dict]:
+        stream = self.events_of()
+        return [event for c in self.finished(self.chunks(chunk)) for event in stream.events(c)]
 
     def closing(self, call) -> list[dict]:
         self.watch.clock.stopped()
-        if self.stream is None:
-            self.stream = messages_api.MessageStream(self.asked_model, len(self.prompt))
-        return self.stream.closing(self.finish_reason, self.usage(call)["completion_tokens"])
+        return self.events_of().closing(self.finish_reason, self.usage(call)["completion_tokens"])
 
     def failed(self, error: APIError) -> list[dict]:
         return [{"event": "error", "data": json.dumps(messages_api.error_body(error.status, str(error)))}]

@@ -71,6 +71,11 @@ def shaped(request: Request, error: APIError) -> JSONResponse:
     return error_response(error)
 
 
+def validation_message(problems: list) -> str:
+    """pydantic's problems with a body, each where it is and what is wrong, in one line."""
+    return "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Answer every failure with OpenAI's error body (Anthropic's on its Messages API)."""
 
@@ -88,8 +93,7 @@ def install_error_handlers(app: FastAPI) -> None:
         if first["type"] == "missing" and tuple(first["loc"]) == ("body",):
             return shaped(request, APIError(400, "the request body is empty: a JSON object is expected"))
         param = ".".join(str(part) for part in first["loc"] if part != "body") or None
-        message = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
-        return shaped(request, APIError(400, message, param=param))
+        return shaped(request, APIError(400, validation_message(problems), param=param))
 
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         # FastAPI words every other failure to decode a JSON body "There was an error parsing the body".
