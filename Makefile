@@ -155,17 +155,21 @@ demo: install
 
 # Tests by kind, a folder each: tests/unit (no model, seconds), tests/model (real models),
 # tests/server (`plookup serve` in a process of its own); tests/support holds what they share.
+# The checkout's harness (benchmarks/editors, benchmarks/servers) keeps its tests beside it, with
+# fakes (no model, no server): they run with the unit tests.
+HARNESS_TESTS := benchmarks/editors/tests benchmarks/servers/tests
+
 test: install
-	$(PY) -m pytest -q -m "not slow" --durations=15 tests
+	$(PY) -m pytest -q -m "not slow" --durations=15 tests $(HARNESS_TESTS)
 
 # The unit tests, for while you work: under a minute.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow" tests/unit
+	$(PY) -m pytest -q -m "not slow" tests/unit $(HARNESS_TESTS)
 
 # CI's legs (.ci/run), each a run with a time budget of its own (tests/support/budgets.py). The
 # model leg also runs a test file left at tests/ itself.
 test-unit: install
-	$(PY) -m pytest -q -m "not slow" --leg unit --durations=5 tests/unit
+	$(PY) -m pytest -q -m "not slow" --leg unit --durations=5 tests/unit $(HARNESS_TESTS)
 
 test-model: install
 	$(PY) -m pytest -q -m "not slow" --leg model --durations=15 tests --ignore=tests/unit --ignore=tests/server
@@ -174,7 +178,7 @@ test-server: install
 	$(PY) -m pytest -q -m "not slow" --leg server --durations=5 tests/server
 
 test-slow: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests $(HARNESS_TESTS)
 
 # With EXACT=1: the tests whose assertion depends on the build (marked exact_build), which assert
 # full-length identity with plain decoding wherever the probe finds verify batches exact, and the
@@ -193,10 +197,11 @@ mutants: install
 aider-demo: install
 	$(PY) examples/aider_edit.py $(AIDER_ARGS)
 
-# llama.cpp's own server, for `plookup bench` to compare its n-gram drafters against (optional).
+# `plookup bench` on BENCH_MODEL; where `make llama-server` has built llama.cpp's own server, the
+# checkout's harness runs the same bench with its n-gram drafters beside (python -m benchmarks.servers).
 bench: install
-	$(VENV)/bin/plookup bench -m $(BENCH_MODEL) $(BENCH_ARGS) --json bench-out/latest.json --plot bench-out/latest.png \
-		$(if $(wildcard $(LLAMA_SERVER)),--llama-server $(LLAMA_SERVER))
+	$(if $(wildcard $(LLAMA_SERVER)),$(PY) -m benchmarks.servers --llama-server $(LLAMA_SERVER),$(VENV)/bin/plookup bench) \
+		-m $(BENCH_MODEL) $(BENCH_ARGS) --json bench-out/latest.json --plot bench-out/latest.png
 
 # Builds llama-server from the llama.cpp that llama-cpp-python's sdist vendors (same version and
 # flags as the Python bindings), once.

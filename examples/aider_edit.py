@@ -49,7 +49,7 @@ from typing import Iterator, Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from plookup.app.bench.llama_server import free_port
+from plookup.app.bench.local_server import free_port
 from plookup.files import cache_dir
 
 AIDER_VERSION = "0.86.2"

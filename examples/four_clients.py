@@ -24,7 +24,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from plookup.app.bench.llama_server import free_port, wait_healthy
+from plookup.app.bench.local_server import free_port, wait_healthy
 from plookup.app.bench.workloads import standard_workloads
 from plookup.app.models import resolve_model
 

@@ -45,13 +45,15 @@ import llama_cpp
 
 import plookup
 from plookup.api import rpc_check
-from plookup.app.bench.llama_server import ServerSystem, free_port
+from plookup.app.bench.local_server import free_port
 from plookup.app.bench.plain import chat_prompt_tokens, first_divergence
 from plookup.app.bench.workloads import standard_workloads
 from plookup.app.models import resolve_model
 from plookup.app.options import plain_llama
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's benchmarks/, which holds llama-server's runner
+from benchmarks.servers.llama_server import ServerSystem  # noqa: E402
 
 THREADS = 2
 SYSTEMS = ("plain", "plookup", "plookup-backend", "server-plain", "server-ngram-mod")

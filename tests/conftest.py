@@ -18,7 +18,7 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.app.bench.llama_server import free_port
+from plookup.app.bench.local_server import free_port
 from plookup.app.models import resolve_model
 from plookup.draft.policy import CPU_COST_CURVE
 

@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 
-from plookup.app.bench.llama_server import free_port, wait_healthy
+from plookup.app.bench.local_server import free_port, wait_healthy
 from plookup.app.models import resolve_model
 
 THREADS = 2

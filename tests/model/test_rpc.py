@@ -28,7 +28,7 @@ from support.plain import NEAR_TIE, WORKLOADS, chat_prompt_tokens, first_diverge
 
 import plookup
 from plookup.api import rpc, rpc_check
-from plookup.app.bench.llama_server import free_port
+from plookup.app.bench.local_server import free_port
 from plookup.draft.policy import CPU_COST_CURVE
 
 pytestmark = pytest.mark.skipif(
@@ -144,7 +144,7 @@ def test_the_bench_runs_its_systems_over_the_server_one_after_another(model_path
         done = subprocess.run(
             [sys.executable, "-m", "plookup.app.cli", "bench", "-m", model_path["smollm2"], "--rpc", endpoint,
              "--quick", "--systems", "plain,plookup-suffix", "--max-tokens", "24", "--max-draft", "8",
-             "--threads", "1", "--llama-server", str(tmp_path / "none"), "--json", str(tmp_path / "b.json")],
+             "--threads", "1", "--json", str(tmp_path / "b.json")],
             capture_output=True, text=True, timeout=600, env=env,
         )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from plookup.app.bench.llama_server import free_port
+from plookup.app.bench.local_server import free_port
 
 from conftest import CODER
 

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from plookup.app.bench.llama_server import free_port
+from plookup.app.bench.local_server import free_port
 
 PHASES = [
     r"loading SmolLM2-135M-Instruct\.Q4_1\.gguf \.\.\.",

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from plookup.app import cli
-from plookup.app.bench.llama_server import server_record
 from plookup.app.bench.measure import (
     divergence,
     geometric_mean,
@@ -363,19 +362,6 @@ def test_bad_replay_line_names_the_line(tmp_path):
         load_recorded(str(path))
 
 
-# -- llama-server replies
-
-
-def test_server_reply_becomes_a_run_record_with_the_eos_put_back():
-    reply = {
-        "tokens": [5, 6, 7], "stop_type": "eos",
-        "timings": {"prompt_ms": 200.0, "predicted_ms": 300.0, "predicted_n": 3, "draft_n": 4, "draft_n_accepted": 2},
-    }
-    r = server_record(reply, total_s=0.6, eos_token=2, rss_mib=50.0)
-    assert r["tokens"] == [5, 6, 7, 2] and r["prefill_s"] == 0.2 and r["ttft_s"] == pytest.approx(0.3)
-    assert (r["drafted"], r["accepted"], r["forward_passes"]) == (4, 2, None)
-
-
 def test_a_failing_worker_reports_its_traceback(tmp_path):
     # The bench's systems and the doctor's measurements run in processes of their own (no model
     # here: the file is missing); the parent's error carries where the worker failed, not only what.
@@ -390,6 +376,20 @@ def test_a_failing_worker_reports_its_traceback(tmp_path):
     with pytest.raises(RuntimeError, match="Traceback") as failed:
         in_fresh_process(missing, Settings(), threads=1, n_ctx=256)
     assert "in measure_settings" in str(failed.value) and "ValueError: model file not found" in str(failed.value)
+
+
+@pytest.mark.parametrize("argv, where", [
+    (["--editor", "fim"], "python -m benchmarks.editors"),
+    (["--editor-report", "a.json"], "python -m benchmarks.editors"),
+    (["--llama-server", "llama-server"], "python -m benchmarks.servers"),
+    (["--concurrency", "4", "--server-draft-max", "16"], "python -m benchmarks.servers"),
+])
+def test_the_runs_that_left_for_benchmarks_say_where_they_went(argv, where, capsys):
+    """The editors' and llama-server's runs drive servers over HTTP: a checkout's benchmarks/ runs
+    them, the package does not ship them; `plookup bench` still takes their options, to say so."""
+    assert cli.main(["bench", "-m", "no-such-model.gguf", *argv]) == 1
+    err = capsys.readouterr().err
+    assert "moved out of the package" in err and where in err and "no-such-model" not in err
 
 
 def test_bench_requires_the_plain_baseline(capsys):
@@ -410,19 +410,6 @@ def test_concurrency_kinds_are_checked_before_a_model_loads(capsys):
     assert cli.main(["bench", "-m", "no-such-model.gguf", "--concurrency", "4", "--kinds", "copy,randm"]) == 1
     err = capsys.readouterr().err
     assert "--kinds" in err and "random T=1" in err and "no-such-model" not in err
-
-
-def test_server_draft_max_is_checked_before_a_model_loads(capsys):
-    assert cli.main(["bench", "-m", "no-such-model.gguf", "--concurrency", "1", "--server-draft-max", "16,0"]) == 1
-    assert "--server-draft-max" in capsys.readouterr().err
-
-
-def test_server_systems_sweep_draft_max_for_each_ngram_drafter():
-    from plookup.app.bench.concurrency import server_systems
-
-    assert server_systems(None) == [(None, None), ("ngram-mod", None), ("ngram-simple", None)]
-    assert server_systems("16,64") == [(None, None), ("ngram-mod", 16), ("ngram-mod", 64),
-                                       ("ngram-simple", 16), ("ngram-simple", 64)]
 
 
 def test_apply_workloads_send_the_old_file_and_its_diff_from_two_release_wheels(tmp_path, monkeypatch):
@@ -493,52 +480,6 @@ def test_the_concurrency_plot_draws_each_system_s_ratio_to_plain_batching(tmp_pa
     means = [list(line.get_ydata()) for line in ratios.get_lines() if list(line.get_xdata()) == [4, 8]]
     assert [1.0, 1.0] in means and pytest.approx([1.3, 1.2]) in means
     assert sorted(list(line.get_ydata()) for line in rates.get_lines())[-1] == [40.0, 80.0]
-
-
-FAKE_SERVER = '''#!/usr/bin/env python3
-import http.server, os, sys
-port = int(sys.argv[sys.argv.index("--port") + 1])
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = str(os.getpid()).encode()
-        self.send_response(200 if self.path == "/health" else 404)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-'''
-
-
-def test_a_restarted_llama_server_is_a_fresh_process_on_the_same_address(tmp_path):
-    """What the concurrency bench does before each of llama-server's runs, so that no run drafts
-    from the n-gram pool of the runs before it: the old process is gone, a new one answers at the
-    same URL with the same flags. (A stand-in binary: CI builds no llama-server.)"""
-    import os
-    import sys
-    import urllib.request
-
-    from plookup.app.bench.llama_server import ServerSystem
-
-    binary = tmp_path / "llama-server"
-    binary.write_text(FAKE_SERVER.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
-    os.chmod(binary, 0o755)
-    kwargs = dict(model_path="m.gguf", n_threads=2, n_ctx=512)
-    server = ServerSystem(str(binary), "ngram-mod", kwargs, eos_token=2, slots=4, draft_max=64)
-    try:
-        first = server.process
-        with urllib.request.urlopen(f"{server.url}/health") as r:
-            assert int(r.read()) == first.pid
-        argv = list(server.argv)
-        server.restart()
-        assert first.poll() is not None  # the old one ended
-        with urllib.request.urlopen(f"{server.url}/health") as r:
-            assert int(r.read()) == server.process.pid != first.pid
-        assert server.process.args == argv and "--spec-ngram-mod-n-max" in argv and argv[argv.index("-np") + 1] == "4"
-    finally:
-        server.close()
-    assert server.process.poll() is not None
 
 
 def test_an_odd_count_of_repeats_is_named_unbalanced():

@@ -168,18 +168,6 @@ def test_the_doctor_passes_ngl_to_its_measurements_in_fresh_processes(tmp_path, 
         n_gpu_layers=3, n_batch=256, n_threads=2, n_threads_batch=2)
 
 
-def test_bench_starts_llama_server_with_the_layers_where_plookup_puts_them(monkeypatch):
-    from plookup.app.bench import command as bench, llama_server
-
-    started = []
-    monkeypatch.setattr(bench, "find_server", lambda args: "llama-server")
-    monkeypatch.setattr(llama_server, "ServerSystem", lambda *a, extra_flags: started.append(extra_flags))
-    args = cli.parse(["bench", "-m", "smollm2", "-ngl", "5"], {})
-    for start in bench.server_starts(args, model_kwargs(args), eos=2):
-        start()
-    assert started and all(flags == ["-ngl", "5"] for flags in started)
-
-
 def test_the_layers_line_says_where_the_layers_went(monkeypatch):
     from plookup.api import load, rpc
 

@@ -1,9 +1,14 @@
-"""`plookup bench`: plain llama.cpp, its prompt-lookup decoding, plookup's drafters (and llama-server's
-when found) side by side on real workloads, against this machine's oracle ceiling.
+"""`plookup bench`: plain llama.cpp, its prompt-lookup decoding and plookup's drafters side by side on
+real workloads, against this machine's oracle ceiling.
 
 The reference for identity is plain greedy decoding one token per llama_decode
 (plookup.app.bench.plain.greedy_with_gaps), run once per workload in this process, which also measures the
 verify-cost curve. Every compared system runs in a worker process of its own.
+
+What drives servers over HTTP is a checkout's harness, not part of the package: llama-server's
+systems beside these (``python -m benchmarks.servers``, the same options and --llama-server PATH)
+and the editors' requests (``python -m benchmarks.editors``); `plookup bench --llama-server` or
+--editor says where they went.
 """
 
 from __future__ import annotations
@@ -50,18 +55,35 @@ DEFAULT_WHOLE_FILES, WHOLE_FILE_N_CTX, WHOLE_FILE_MAX_TOKENS = 2, 8192, 3500
 PLD_MEMORY_SHARE = 0.25
 
 
+# Options of runs that left the package for a checkout's benchmarks/ (servers driven over HTTP):
+# option -> where it went. `plookup bench` takes them still, to say so.
+MOVED = {
+    "--llama-server": "python -m benchmarks.servers (plookup bench's options, and --llama-server PATH)",
+    "--server-draft-max": "python -m benchmarks.servers --concurrency LIST --server-draft-max LIST",
+    "--editor": "python -m benchmarks.editors --editor LIST",
+    "--editor-report": "python -m benchmarks.editors --editor-report FILE...",
+}
+
+
 def register(commands) -> None:
     """The `bench` command and its options, in the order --help lists them."""
     bench = commands.add_parser(
         "bench", help="compare plain, PLD and plookup decoding on real workloads",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_options(bench)
+    for option in MOVED:
+        bench.add_argument(option, nargs="*", dest=f"moved_{option[2:].replace('-', '_')}", help=argparse.SUPPRESS)
+    bench.set_defaults(func=cmd_bench)
+
+
+def add_options(bench) -> None:
+    """Every option of `plookup bench`, on `bench` (its subparser, or the parser of a harness that
+    runs it with more systems: benchmarks/servers)."""
     add_model_options(bench)  # no --drafter: every plookup drafter is a system of its own
     add_comparison_options(bench)
     add_record_options(bench)
     add_concurrency_options(bench)
-    add_editor_options(bench)
-    bench.set_defaults(func=cmd_bench)
 
 
 def add_comparison_options(bench) -> None:
@@ -93,7 +115,6 @@ def add_comparison_options(bench) -> None:
                             "proofreading; for --corpus, see plookup.app.bench.workloads.corpus_workloads)")
     bench.add_argument("--temperature", type=float, default=0.0,
                        help="sampling temperature (default 0: greedy); identity vs plain is then moot")
-    bench.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: from PATH)")
     bench.add_argument("--seed", type=int, default=0, help="seed of the built-in workloads' typos and edits")
 
 
@@ -132,37 +153,6 @@ def add_concurrency_options(bench) -> None:
     bench.add_argument("--trace", action="store_true",
                        help="with --concurrency and --json: keep every step of plookup's engine in the JSON (its "
                             "rows, drafts and accepted tokens, time in llama_decode and on the host)")
-    bench.add_argument("--server-draft-max", metavar="LIST",
-                       help="with --concurrency and llama-server: run its n-gram drafters with each of these "
-                            "longest drafts (ngram-mod's n-max, ngram-simple's size-m; e.g. 16,64; default: "
-                            "llama-server's own, 64 and 48)")
-
-
-def add_editor_options(bench) -> None:
-    """--editor and the options of that run (plookup.app.bench.editor), and --editor-report."""
-    bench.add_argument("--editor", metavar="LIST",
-                       help="instead of the comparison above: llama.vim's requests over HTTP, fim (/infill at its "
-                            "250 and 1000 ms budgets and without one) and/or instruct (iterated edits on "
-                            "/v1/chat/completions), against llama-server (plain, ngram-mod) and `plookup serve` "
-                            "(drafting, plain, --no-memory), each started here (see plookup.app.bench.editor)")
-    bench.add_argument("--fim-cases", type=int, default=16, metavar="N",
-                       help="with --editor fim: cursor positions cut from PyPI release files (default 16)")
-    bench.add_argument("--fim-chunks", type=int, default=8, metavar="N",
-                       help="with --editor: input_extra chunks of other files a request carries (default 8; "
-                            "llama.vim's ring holds up to 16)")
-    bench.add_argument("--instruct-sessions", type=int, default=3, metavar="N",
-                       help="with --editor instruct: functions edited (default 3)")
-    bench.add_argument("--instruct-turns", type=int, default=3, metavar="K",
-                       help="with --editor instruct: instructions a session sends, each on the last answer (default 3)")
-    bench.add_argument("--session-requests", type=int, metavar="N",
-                       help="with --editor session (a user typing functions with llama.vim, its requests replayed on "
-                            "each system; see plookup.app.bench.typing): requests the session sends (default 84)")
-    bench.add_argument("--editor-systems", metavar="LIST",
-                       help="with --editor: only these systems, of: llama-server, llama-server ngram-mod, plookup, "
-                            "plookup plain, plookup --no-memory (e.g. to run them in turns, then --editor-report)")
-    bench.add_argument("--editor-log", metavar="FILE", help="with --editor: append the servers' output to FILE")
-    bench.add_argument("--editor-report", metavar="FILE", nargs="+",
-                       help="no model: print the tables of --editor runs' --json files, merged")
 
 
 @dataclass
@@ -195,22 +185,25 @@ class Phase:
     workloads: Callable  # (plain llama_cpp.Llama, first_answer(messages) -> str) -> [Workload]
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    if args.rpc and (args.concurrency or args.editor):
-        # Those runs keep every system loaded at once; a server would leave the second client unanswered.
-        raise ValueError("--rpc: --concurrency and --editor keep every system loaded at once, and an RPC "
+def cmd_bench(args: argparse.Namespace, servers=None) -> int:
+    """`servers`: systems run outside this process beside the engine's, or None (`plookup bench`):
+    ``single_stream(kwargs, eos)``, a callable starting each for the single-stream comparison, and
+    ``level(kwargs, eos, clients)``, those of a concurrency level started (benchmarks/servers'
+    llama-server)."""
+    for option, where in MOVED.items():
+        if getattr(args, f"moved_{option[2:].replace('-', '_')}", None) is not None:
+            raise ValueError(f"{option} has moved out of the package, to a checkout's benchmarks/: {where}")
+    if args.rpc and args.concurrency:
+        # That run keeps every system loaded at once; a server would leave the second client unanswered.
+        raise ValueError("--rpc: --concurrency keeps every system loaded at once, and an RPC "
                          "server serves one client at a time; the single-stream comparison runs over RPC "
                          "one system after another (examples/rpc_delay.py also adds link delays)")
     if args.cost_curve and not args.replay:
         raise ValueError("--cost-curve models a recorded run's drafts: give the run with --replay FILE")
     if args.replay:
         return cmd_replay(args)
-    if args.editor_report:
-        return cmd_editor_report(args)
-    if args.editor:
-        return cmd_editor(args)
     if args.concurrency:
-        return cmd_concurrency(args)
+        return cmd_concurrency(args, servers)
     names = [s for s in args.systems.split(",") if s]
     if BASELINE not in names:
         raise ValueError(f"--systems must include {BASELINE}: every ratio is against it")
@@ -234,12 +227,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         whole_kwargs = dict(kwargs, n_ctx=max(kwargs["n_ctx"], WHOLE_FILE_N_CTX))
         phases.append(Phase("whole-file", whole_kwargs, WHOLE_FILE_MAX_TOKENS, names,
                             lambda llm, first_answer: whole_file_workloads(args.seed, whole_files)))
-    record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
+    record = dict(command=command_line(servers), machine=machine(), model=kwargs["model_path"],
                   threads=args.threads, max_draft=args.max_draft, temperature=args.temperature, repeats=repeats, memory=args.memory,
                   corpus=args.corpus, workload_set=args.workloads,
                   workloads=[], phases={})
     for phase in phases:
-        result = run_phase(args, phase, repeats)
+        result = run_phase(args, phase, repeats, servers)
         record["phases"][phase.name] = result["record"]
         record["workloads"] += result["workloads"]
         if phase.name == "standard":  # what --replay and --plot read
@@ -254,9 +247,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_concurrency(args: argparse.Namespace) -> int:
+def command_line(servers=None) -> str:
+    """The command that ran, as the record keeps it."""
+    return " ".join([getattr(servers, "prog", "plookup"), *sys.argv[1:]])
+
+
+def cmd_concurrency(args: argparse.Namespace, servers=None) -> int:
     from .concurrency import cmd_concurrency as run
-    from .concurrency import parse_kinds, plot, server_systems
+    from .concurrency import parse_kinds, plot
 
     try:
         levels = [int(c) for c in args.concurrency.split(",") if c]
@@ -265,61 +263,19 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
     if not levels or min(levels) < 1:
         raise ValueError("--concurrency: every client count must be >= 1")
     parse_kinds(args.kinds)  # before any model loads
-    server_systems(args.server_draft_max)
     if args.rounds < 1:
         raise ValueError("--rounds: every client sends at least one request")
     args.max_tokens = args.max_tokens or QUICK_MAX_TOKENS
-    server = find_server(args)
     kwargs = model_kwargs(args)
     note(layers_line(kwargs))
-    record = dict(command=" ".join(["plookup", *sys.argv[1:]]), machine=machine(), model=kwargs["model_path"],
-                  threads=args.threads, max_draft=args.max_draft, concurrency=run(args, kwargs, levels, note, server))
+    record = dict(command=command_line(servers), machine=machine(), model=kwargs["model_path"],
+                  threads=args.threads, max_draft=args.max_draft, concurrency=run(args, kwargs, levels, note, servers))
     if args.json:
         write_json(args.json, record)
     if args.plot:
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         plot(args.plot, record["concurrency"])
         note(f"wrote {args.plot}")
-    return 0
-
-
-def cmd_editor(args: argparse.Namespace) -> int:
-    from .editor import cmd_editor as run
-    from .typing import plot_session, print_session, run_session_workload
-
-    for name in ("fim_cases", "fim_chunks", "instruct_sessions", "instruct_turns"):
-        if getattr(args, name) < (0 if name == "fim_chunks" else 1):
-            raise ValueError(f"--{name.replace('_', '-')}: too small")
-    kwargs = model_kwargs(args)
-    note(layers_line(kwargs))
-    server = find_server(args)
-    record = run(args, kwargs, note, server, machine(),
-                 run_session=lambda wanted: run_session_workload(args, kwargs, note, server, wanted))
-    if record.get("session"):
-        print_session(record["session"])
-        if args.plot and record["session"].get("runs"):
-            os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
-            plot_session(args.plot, record["session"])
-            note(f"wrote {args.plot}")
-    if args.json:
-        write_json(args.json, record)
-    return 0
-
-
-def cmd_editor_report(args: argparse.Namespace) -> int:
-    from .editor import merge, print_tables
-    from .typing import print_session
-
-    records = []
-    for path in args.editor_report:
-        with open(path, encoding="utf-8") as f:
-            records.append(json.load(f))
-    record = merge(records)
-    print_tables(record)
-    if record.get("session"):
-        print_session(record["session"])
-    if args.json:
-        write_json(args.json, record)
     return 0
 
 
@@ -333,7 +289,7 @@ def standard(args: argparse.Namespace, first_answer) -> list:
     return bench_workloads(first_answer, args.seed, args.quick)
 
 
-def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
+def run_phase(args: argparse.Namespace, phase: Phase, repeats: int, servers=None) -> dict:
     """Measure the reference, run the systems, print the tables; return the phase's figures."""
     note(f"{phase.name} workloads: n_ctx {phase.kwargs['n_ctx']}, up to {phase.max_tokens} tokens each")
     reference = measure_reference(args, phase)
@@ -346,7 +302,7 @@ def run_phase(args: argparse.Namespace, phase: Phase, repeats: int) -> dict:
         note(f"skipping pld here: its logits_all buffer (n_vocab {reference.n_vocab} x n_ctx "
              f"{phase.kwargs['n_ctx']} x 4 B = {logits_bytes / 2**30:.1f} GiB) is more than "
              f"{PLD_MEMORY_SHARE:.0%} of this machine's memory ({memory / 2**30:.0f} GiB)")
-    runs = run_systems(args, systems, phase, reference, repeats)
+    runs = run_systems(args, systems, phase, reference, repeats, servers)
     kinds = reference.kinds
     summary = {s: {w: summarize(runs[s][w], *reference.outputs[w]) for w in kinds} for s in runs}
     best_n, oracle = oracle_speedup(reference.cost)
@@ -397,8 +353,8 @@ def measure_reference(args: argparse.Namespace, phase: Phase) -> Reference:
     return reference
 
 
-def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -> dict:
-    """runs[system][workload]: every system in a worker process (llama-server's in their own),
+def run_systems(args, names, phase: Phase, reference: Reference, repeats: int, servers=None) -> dict:
+    """runs[system][workload]: every system in a worker process (the `servers`' in their own),
     taking turns on each workload. Over RPC servers, which serve one client at a time, each system
     is loaded alone instead, run on every workload and closed before the next: a drift of the
     machine's load then lands on one system instead of being shared."""
@@ -408,7 +364,8 @@ def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -
         note(f"starting {name}")
         return WorkerSystem(name, phase.kwargs, args.max_draft, args.temperature, args.memory, args.corpus)
 
-    starts = [functools.partial(worker, name) for name in names] + server_starts(args, phase.kwargs, reference.eos)
+    starts = [functools.partial(worker, name) for name in names]
+    starts += servers.single_stream(phase.kwargs, reference.eos) if servers else []
     groups = [[start] for start in starts] if phase.kwargs.get("rpc_servers") else [starts]
     progress, runs = None, {}
     for group in groups:
@@ -425,39 +382,6 @@ def run_systems(args, names, phase: Phase, reference: Reference, repeats: int) -
                 system.close()
     progress.finish()
     return runs
-
-
-def find_server(args: argparse.Namespace):
-    """The llama-server binary to compare against, or None (said)."""
-    from .llama_server import find_llama_server
-
-    binary = find_llama_server(args.llama_server)
-    if binary is None:
-        where = args.llama_server or "llama-server on PATH"
-        note(f"skipping llama-server systems: {where} not found (give one with --llama-server PATH)")
-    return binary
-
-
-def server_starts(args: argparse.Namespace, kwargs: dict, eos: int) -> list:
-    """A callable starting each llama-server system (none without the binary), its layers where
-    plookup's loads put them (-ngl); over RPC servers with llama-server's own --rpc."""
-    from .llama_server import SPEC_TYPES, ServerSystem
-
-    binary = find_server(args)
-    if binary is None:
-        return []
-    from ...api.load import gpu_layers
-
-    servers = kwargs.get("rpc_servers")
-    layers = gpu_layers(kwargs.get("n_gpu_layers", "auto"), bool(servers))  # as plookup's loads place them
-    flags = ["--rpc", ",".join(servers)] if servers else []
-    flags += ["-ngl", str(layers if layers >= 0 else 999)]  # (llama-server's -1 is its own "auto")
-
-    def start(spec_type):
-        note(f"starting llama-server --spec-type {spec_type}")
-        return ServerSystem(binary, spec_type, kwargs, eos, extra_flags=flags)
-
-    return [functools.partial(start, spec_type) for spec_type in SPEC_TYPES]
 
 
 def replay_bounds(cases, kinds: dict[str, str], cost, max_draft: int) -> dict[str, dict[str, float]]:

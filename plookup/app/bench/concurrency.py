@@ -3,8 +3,9 @@
 For each concurrency c, one ``plookup.Llama(parallel=c)`` serves c client threads (each sending
 ``--rounds`` requests in turn; together they send every prompt of a kind at least once), two systems
 taking turns on it: "plain batched" (the same engine, drafting off: ``max_draft`` 0) and "plookup";
-then, where a llama-server binary is given, llama-server with c slots (``-np c``, each the whole
-n_ctx), plain and with its n-gram drafters, its clients streaming.
+then, where servers are given (``python -m benchmarks.servers --concurrency ...``, a checkout's
+harness), llama-server with c slots (``-np c``, each the whole n_ctx), plain and with its n-gram
+drafters, its clients streaming.
 Workloads: copy-heavy requests (code edits, proofreading), free-form questions, prompts of
 random tokens sampled at temperature 1.0, decoded past their end-of-generation tokens (every
 system: llama-server with ignore_eos), and "apply": an editor's whole-file apply of a real change
@@ -36,8 +37,6 @@ from ...draft.index_drafter import DEFAULT_MAX_DRAFT
 from ...draft.values import Speculative
 from .report import grid
 
-# llama-server's systems: decoding plainly (None) and its model-free drafters.
-SERVER_SPEC_TYPES = (None, "ngram-mod", "ngram-simple")
 RANDOM_TEMPERATURE = 1.0
 KINDS = ("copy", "free", "random T=1", "apply")  # request_sets' kinds
 DEFAULT_KINDS = "copy,free,random T=1"
@@ -88,15 +87,6 @@ def request_sets(llm, seed: int, per_kind: int, kinds=KINDS, requests: int = 0) 
         "apply": lambda: RequestSet(tokens(apply_workloads(per_kind)), 0.0, False, APPLY_MAX_TOKENS),
     }
     return {kind: made[kind]() for kind in kinds}
-
-
-def server_systems(draft_max: Optional[str]) -> list[tuple[Optional[str], Optional[int]]]:
-    """(spec type, --draft-max) of each llama-server system: plain, and each n-gram drafter with
-    each of the comma-separated --draft-max values (None: the server's default)."""
-    values = [int(v) for v in draft_max.split(",")] if draft_max else [None]
-    if any(v is not None and v < 1 for v in values):
-        raise ValueError(f"--server-draft-max: positive integers, got {draft_max!r}")
-    return [(None, None)] + [(spec, v) for spec in SERVER_SPEC_TYPES if spec for v in values]
 
 
 def parse_kinds(text: str) -> list[str]:
@@ -163,21 +153,22 @@ HEADER = ["c", "workload", "system", "tok/s", "decode tok/s", "decode x plain ba
           "TTFT p50/p95 s", "ITL p50/p95 ms", "passes/tok"]
 
 
-def cmd_concurrency(args, kwargs: dict, levels: list[int], note, server: Optional[str] = None) -> dict:
-    """Every level, system and workload; prints the table, returns the record. `server`: a
-    llama-server binary whose systems run too."""
+def cmd_concurrency(args, kwargs: dict, levels: list[int], note, servers=None) -> dict:
+    """Every level, system and workload; prints the table, returns the record. `servers`: systems
+    outside this process that run too (their ``level(kwargs, eos, clients)`` starts a level's:
+    benchmarks/servers' llama-server), or None."""
     kinds = parse_kinds(args.kinds)
     record = dict(levels=levels, max_tokens=args.max_tokens, cells=[])
     rows = []
     for clients in levels:
-        run_level(args, kwargs, clients, kinds, note, server, record, rows)
+        run_level(args, kwargs, clients, kinds, note, servers, record, rows)
     print(grid(HEADER, rows))
     return record
 
 
-def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, server: Optional[str],
-              record: dict, rows: list) -> None:
-    """One concurrency level: the model loaded with `clients` slots (and llama-server's systems
+def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, servers, record: dict,
+              rows: list) -> None:
+    """One concurrency level: the model loaded with `clients` slots (and the `servers`' systems
     started with as many), every workload kind run on every system; the level's table rows and
     cells go into `rows` and `record`."""
     import plookup
@@ -193,10 +184,10 @@ def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, server: 
     own = min(own, llm.drafter.max_draft)  # where the exactness probe capped the drafter
     bound = always_right_bound(llm.drafter.policy.cost, clients, own)
     sets = request_sets(llm, args.seed, args.per_kind, kinds, requests=clients * args.rounds)
-    servers = start_level_servers(args, kwargs, llm, clients, note, server)
+    remotes = servers.level(kwargs, llm.token_eos(), clients) if servers else []
     # The engine's systems by their max_draft (plain batched: 0), then llama-server's.
     local = {"plain batched": 0, "plookup": own} | {f"plookup max-draft {n}": n for n in args.also_max_draft or ()}
-    systems = {s: None for s in local} | {s.name: s for s in servers}
+    systems = {s: None for s in local} | {s.name: s for s in remotes}
     try:
         first = next(iter(sets.values()))
         warm_up = functools.partial(run_cell, prompts=(first.prompts * clients)[:clients], clients=clients,
@@ -214,23 +205,8 @@ def run_level(args, kwargs: dict, clients: int, kinds: list[str], note, server: 
                 del cell["outputs"]  # kept once, above
             add_rows(rows, record, clients, kind, bound, cells)
     finally:
-        for remote in servers:
+        for remote in remotes:
             remote.close()
-
-
-def start_level_servers(args, kwargs: dict, llm, clients: int, note, server: Optional[str]) -> list:
-    """llama-server's systems of a level (none without a `server` binary), each started with
-    `clients` slots."""
-    from .llama_server import ServerSystem
-
-    servers = []
-    if server:
-        eos = llm.token_eos()
-        for spec, draft_max in server_systems(args.server_draft_max):
-            note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}"
-                 + (f" --draft-max {draft_max}" if draft_max else ""))
-            servers.append(ServerSystem(server, spec, kwargs, eos, slots=clients, draft_max=draft_max))
-    return servers
 
 
 def order_unbalanced(repeats: int, systems: int) -> bool:

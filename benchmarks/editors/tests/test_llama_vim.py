@@ -1,4 +1,4 @@
-"""`plookup bench --editor`: llama.vim's cases and requests, and the figures, with fakes (no model,
+"""`python -m benchmarks.editors`: llama.vim's cases and requests, and the figures, with fakes (no model,
 no server, no download: the packages are made here)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from plookup.app.bench import editor
-from plookup.app.bench.editor import (
+from benchmarks.editors import llama_vim as editor
+from benchmarks.editors.llama_vim import (
     BUDGETS_MS,
     CHUNK_LINES,
     FimCase,
@@ -251,3 +251,12 @@ def test_unknown_systems_and_workloads_are_refused():
     with pytest.raises(ValueError, match="--editor"):
         editor.parse_list("fim,chat", editor.WORKLOADS, "--editor")
     assert editor.parse_list("fim, instruct", editor.WORKLOADS, "--editor") == ["fim", "instruct"]
+
+
+def test_the_command_line_wants_a_workload_or_runs_to_report(capsys):
+    from benchmarks.editors.__main__ import main
+
+    assert main(["-m", "no-such-model.gguf"]) == 1
+    assert "--editor LIST" in capsys.readouterr().err
+    assert main(["-m", "no-such-model.gguf", "--editor", "fim,chat"]) == 1
+    assert "--editor: choose from fim, instruct, session" in capsys.readouterr().err

@@ -1,13 +1,14 @@
-"""`plookup bench --editor fim,instruct`: what ggml-org's editor plugins send, over HTTP, to
-llama-server and `plookup serve`, each started by the bench in a process of its own, one at a time.
+"""`python -m benchmarks.editors --editor fim,instruct`: what ggml-org's editor plugins send, over
+HTTP, to llama-server and `plookup serve`, each started by the bench in a process of its own, one at
+a time.
 
 The request bodies are llama.vim's (ggml-org/llama.vim, autoload/llama.vim at a1c8e6e, 2026-01-31),
 with its default settings; the one change is greedy sampling (temperature 0 after its samplers),
 so that every system's text can be compared with plain decoding's.
 
 - **fim**: llama.vim's ``/infill`` request. A case is a Python file of a PyPI release wheel that
-  :mod:`.releases` downloads (code nobody here wrote), a cursor on an empty line at a line boundary
-  (the lines that follow, 2-6 of them, are what the completion should write: the middle), the
+  :mod:`plookup.app.bench.releases` downloads (code nobody here wrote), a cursor on an empty line
+  at a line boundary (the lines that follow, 2-6 of them, are what the completion should write: the middle), the
   256 lines before and 64 after it as llama.vim sends them, and chunks of 33 lines of other files
   of the same package as ``input_extra`` (llama.vim's ring buffer holds such chunks of recently
   opened files). Each case is sent with llama.vim's two ``t_max_predict_ms`` budgets, 250 ms (its
@@ -24,7 +25,7 @@ so that every system's text can be compared with plain decoding's.
 
 - **session**: a user typing functions into release files with llama.vim, its requests (first
   FIM requests, speculative ones, the ring's warm-ups) replayed in order on each system, started
-  with llama.vim's recommended server flags: see :mod:`.typing`.
+  with llama.vim's recommended server flags: see :mod:`.llama_vim_session`.
 
 Systems: llama-server without drafting and with ``--spec-type ngram-mod``; ``plookup serve``
 drafting (its cross-request memory on, the default), ``plookup serve --no-memory`` (instruct),
@@ -44,8 +45,9 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ..tables import grid
-from .releases import RELEASES, python_files, wheel
+from plookup.app.bench.local_server import free_port, wait_healthy
+from plookup.app.bench.releases import RELEASES, python_files, wheel
+from plookup.app.tables import grid
 
 LLAMA_VIM = "ggml-org/llama.vim autoload/llama.vim a1c8e6e (2026-01-31)"
 # llama.vim's g:llama_config defaults
@@ -123,7 +125,7 @@ class InstructSession:
 
 
 def release_files(releases=RELEASES) -> dict[str, dict[str, str]]:
-    """package -> {path: text} of each release pair's newer wheel (downloaded once, see :mod:`.releases`)."""
+    """package -> {path: text} of each release pair's newer wheel (downloaded once, see :mod:`plookup.app.bench.releases`)."""
     return {package: python_files(wheel(package, new)) for package, _old, new in releases}
 
 
@@ -295,8 +297,6 @@ class Server:
     STARTUP_SECONDS = 300
 
     def __init__(self, kind: str, model_kwargs: dict, llama_server: Optional[str], log_path: Optional[str] = None):
-        from .llama_server import free_port, wait_healthy
-
         port = free_port()
         self.url, self.kind = f"http://127.0.0.1:{port}", kind
         threads = str(model_kwargs["n_threads"])
@@ -506,7 +506,7 @@ class EditorRecord:
     instruct_sessions: list = field(default_factory=list)
     fim: dict = field(default_factory=dict)  # system -> records
     instruct: dict = field(default_factory=dict)
-    session: dict = field(default_factory=dict)  # the typing session: its plan, requests, each system's answers (.typing)
+    session: dict = field(default_factory=dict)  # the typing session: its plan, requests, each system's answers (.llama_vim_session)
 
 
 def merge(records: Sequence[dict]) -> dict:
@@ -546,12 +546,12 @@ def parse_list(text: str, known: Sequence[str], option: str) -> list[str]:
 def cmd_editor(args, kwargs: dict, note, server_binary: Optional[str], machine: dict,
                run_session: Optional[Callable[[Optional[list]], dict]] = None) -> dict:
     """Run the chosen workloads and systems; print the tables of fim and instruct; return the
-    record. The typing session (:mod:`.typing`, which builds on this module) is run by
+    record. The typing session (:mod:`.llama_vim_session`, which builds on this module) is run by
     `run_session`, handed the systems wanted, and printed by the caller."""
     workloads = parse_list(args.editor, WORKLOADS, "--editor")
     wanted = parse_list(args.editor_systems, list(SYSTEMS), "--editor-systems") if args.editor_systems else None
-    record = EditorRecord(" ".join(["plookup", *sys.argv[1:]]), machine, kwargs["model_path"], kwargs["n_threads"],
-                          kwargs["n_ctx"])
+    record = EditorRecord(" ".join(["python -m benchmarks.editors", *sys.argv[1:]]), machine, kwargs["model_path"],
+                          kwargs["n_threads"], kwargs["n_ctx"])
     log = args.editor_log
 
     def start(kind: str) -> Server:

@@ -1,39 +1,37 @@
-"""llama.cpp's own model-free drafters, through a `llama-server` binary, as a bench system.
+"""llama.cpp's own model-free drafters, through a `llama-server` binary, as systems of `plookup
+bench`'s comparisons: ``python -m benchmarks.servers`` runs plookup bench with them beside the
+engine's systems (see __main__).
 
 The server is started on 127.0.0.1 at a free port with the bench's model, context and threads, one
-slot (``-np 1``) or, for ``plookup bench --concurrency``, as many as clients (each with the whole
-n_ctx, as plookup's slots have); each run POSTs the prompt tokens to /completion with prompt
-caching off and reads the server's own timings and draft counters, or, streamed
-(:meth:`ServerSystem.stream`), the time each token reached the client.
+slot (``-np 1``) or, for ``--concurrency``, as many as clients (each with the whole n_ctx, as
+plookup's slots have); each run POSTs the prompt tokens to /completion with prompt caching off and
+reads the server's own timings and draft counters, or, streamed (:meth:`ServerSystem.stream`), the
+time each token reached the client.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
-import socket
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from typing import Optional, Sequence
 
-from ...api.stats import SpecStats
-from .systems import run_record
+from plookup.api.stats import SpecStats
+from plookup.app.bench.local_server import free_port, wait_healthy
+from plookup.app.bench.systems import run_record
 
+# The single-stream comparison's llama-server systems, and the concurrency run's: decoding plainly
+# (None) and its model-free drafters.
 SPEC_TYPES = ("ngram-mod", "ngram-map-k")
+SERVER_SPEC_TYPES = (None, "ngram-mod", "ngram-simple")
 STARTUP_SECONDS = 120
 
 
 def find_llama_server(path: Optional[str]) -> Optional[str]:
     return shutil.which(path) if path else shutil.which("llama-server")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _peak_rss_mib(pid: int) -> Optional[float]:
@@ -45,23 +43,6 @@ def _peak_rss_mib(pid: int) -> Optional[float]:
     except OSError:
         pass
     return None
-
-
-def wait_healthy(process: subprocess.Popen, url: str, name: str, seconds: float) -> None:
-    """Until the server at `url` answers /health with 200; RuntimeError where its process exits
-    first or `seconds` pass."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{name} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, OSError):
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{name} not healthy after {seconds}s")
 
 
 class ServerSystem:
@@ -164,3 +145,51 @@ def server_record(reply: dict, total_s: float, eos_token: int, rss_mib: Optional
     stats = SpecStats(drafted=timings.get("draft_n", 0), accepted=timings.get("draft_n_accepted", 0))
     stats.forward_passes = None  # the server does not report its verify steps
     return run_record(tokens, prefill, prefill + per_token, total_s, stats, rss_mib)
+
+
+def server_systems(draft_max: Optional[str]) -> list[tuple[Optional[str], Optional[int]]]:
+    """(spec type, --draft-max) of each llama-server system of a concurrency level: plain, and each
+    n-gram drafter with each of the comma-separated --server-draft-max values (None: the server's
+    default)."""
+    values = [int(v) for v in draft_max.split(",")] if draft_max else [None]
+    if any(v is not None and v < 1 for v in values):
+        raise ValueError(f"--server-draft-max: positive integers, got {draft_max!r}")
+    return [(None, None)] + [(spec, v) for spec in SERVER_SPEC_TYPES if spec for v in values]
+
+
+class LlamaServers:
+    """llama-server's systems, as `plookup bench`'s comparisons take systems run outside their
+    process (plookup.app.bench.command.cmd_bench's `servers`): `binary`, and for --concurrency the
+    longest drafts of its n-gram drafters (`draft_max`, --server-draft-max's list), checked here,
+    before any model loads."""
+
+    prog = "python -m benchmarks.servers"
+
+    def __init__(self, binary: str, draft_max: Optional[str] = None, note=print):
+        self.binary, self.draft_max, self.note = binary, draft_max, note
+        self.level_systems = server_systems(draft_max)
+
+    def single_stream(self, kwargs: dict, eos: int) -> list:
+        """A callable starting each system of the single-stream comparison, its layers where
+        plookup's loads put them (-ngl); over RPC servers with llama-server's own --rpc."""
+        from plookup.api.load import gpu_layers
+
+        servers = kwargs.get("rpc_servers")
+        layers = gpu_layers(kwargs.get("n_gpu_layers", "auto"), bool(servers))  # as plookup's loads place them
+        flags = ["--rpc", ",".join(servers)] if servers else []
+        flags += ["-ngl", str(layers if layers >= 0 else 999)]  # (llama-server's -1 is its own "auto")
+
+        def start(spec_type):
+            self.note(f"starting llama-server --spec-type {spec_type}")
+            return ServerSystem(self.binary, spec_type, kwargs, eos, extra_flags=flags)
+
+        return [functools.partial(start, spec_type) for spec_type in SPEC_TYPES]
+
+    def level(self, kwargs: dict, eos: int, clients: int) -> list:
+        """The systems of a concurrency level, each started with `clients` slots."""
+        servers = []
+        for spec, draft_max in self.level_systems:
+            self.note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}"
+                      + (f" --draft-max {draft_max}" if draft_max else ""))
+            servers.append(ServerSystem(self.binary, spec, kwargs, eos, slots=clients, draft_max=draft_max))
+        return servers

@@ -1,5 +1,5 @@
-"""`plookup bench --editor session`: a user typing functions into real files in Vim with llama.vim,
-and the requests llama.vim sends for it, replayed in order against each server.
+"""`python -m benchmarks.editors --editor session`: a user typing functions into real files in Vim
+with llama.vim, and the requests llama.vim sends for it, replayed in order against each server.
 
 **The port.** llama.vim's FIM code (ggml-org/llama.vim autoload/llama.vim at a1c8e6e, its default
 g:llama_config), function by function, as the requests it sends:
@@ -28,14 +28,14 @@ g:llama_config), function by function, as the requests it sends:
   chunk into the ring (16 chunks) and sending the ``n_predict: 0`` warm-up request with the new
   ``input_extra``.
 
-The bodies are llama.vim's with the bench's two changes of :mod:`.editor`: greedy sampling
+The bodies are llama.vim's with the bench's two changes of :mod:`.llama_vim`: greedy sampling
 (``"temperature"`` after its samplers, temperature 0) so that systems' texts can be compared, and
 ``response_fields`` asking also for the timings the bench reads (the warm-up's ``[""]`` too). The
 chunks' ``time`` (Vim's ``reltime()``) is a counter of the user's events here; servers ignore it.
 
-**The user** (:func:`make_plan`, :class:`Session`). Two packages' release files (:mod:`.releases`);
-in each, functions of 4-10 lines, each a task: the user reads another file of the package (a
-visit: BufEnter at line 1, a jump to a random line, sometimes a yank of 3-10 lines there, BufLeave),
+**The user** (:func:`make_plan`, :class:`Session`). Two packages' release files
+(:mod:`plookup.app.bench.releases`); in each, functions of 4-10 lines, each a task: the user reads
+another file of the package (a visit: BufEnter at line 1, a jump to a random line, sometimes a yank of 3-10 lines there, BufLeave),
 opens the task's file cut before the function (BufEnter, the cursor on the line above), opens a new
 line (``o``) and types the function back, line by line, saves (BufWritePost). A typing event is a
 CursorMovedI: at the start of every line (after Enter) and after every ``chars`` (20) characters
@@ -81,8 +81,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Optional, Sequence
 
-from ..tables import grid
-from .editor import (
+from plookup.app.tables import grid
+
+from .llama_vim import (
     N_PREFIX,
     N_SUFFIX,
     RING_CHUNK_SIZE,

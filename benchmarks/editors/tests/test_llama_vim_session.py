@@ -1,6 +1,6 @@
-"""`plookup bench --editor session`: the port of llama.vim's FIM logic (its context window, the
-ring of chunks and its warm-ups, the cache and the speculative request), the typing user, the
-replay and the figures, with fakes (no model, no server, no download: the packages are made here).
+"""`python -m benchmarks.editors --editor session`: the port of llama.vim's FIM logic (its context
+window, the ring of chunks and its warm-ups, the cache and the speculative request), the typing
+user, the replay and the figures, with fakes (no model, no server, no download: the packages are made here).
 Where a rule could be checked by a test that passes anyway, a broken version of it is run through
 the same check and must fail it."""
 
@@ -11,8 +11,9 @@ import random
 
 import pytest
 
-from plookup.app.bench import editor, typing as ts
-from plookup.app.bench.typing import (
+from benchmarks.editors import llama_vim as editor
+from benchmarks.editors import llama_vim_session as ts
+from benchmarks.editors.llama_vim_session import (
     Buffer,
     Ring,
     Session,
