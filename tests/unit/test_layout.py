@@ -189,17 +189,30 @@ def test_pyproject_ships_every_package():
     from setuptools import find_packages
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    found = set(find_packages(str(ROOT), include=config["include"]))
+    found = set(find_packages(str(ROOT), include=config["include"], exclude=config.get("exclude", ())))
     folders = {name for name, path in modules().items() if path.name == "__init__.py"}
     assert found == folders
 
 
+def test_the_package_imports_nothing_of_the_checkouts_benchmarks():
+    """benchmarks/ (the editors' and servers' harness, the agent sessions) runs from a checkout and is
+    not installed: it may import plookup, never the other way round."""
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{name} imports {t}" for t in targets if t.split(".")[0] == "benchmarks"]
+    assert not found, found
+
+
 def test_no_two_test_files_share_a_name():
     """pytest imports test files by their basename (the folders are not packages): two of one name
-    in different folders stop a run over all of tests/ (the exact leg's) at collection."""
+    in different folders stop a run over all of tests/ (the exact leg's) at collection; the
+    harness's tests beside it in benchmarks/ run in the same runs."""
     seen: dict[str, Path] = {}
     clashes = []
-    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+    for path in sorted([*(ROOT / "tests").rglob("test_*.py"), *(ROOT / "benchmarks").glob("*/tests/test_*.py")]):
         if path.name in seen:
             clashes.append((seen[path.name].relative_to(ROOT), path.relative_to(ROOT)))
         seen[path.name] = path
