@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from plookup.draft.drafters import NgramDrafter, SuffixDrafter
-from plookup.draft.values import PREDICTION, REQUEST, Draft
+from plookup.draft.values import CORPUS, PREDICTION, REQUEST, Draft
 from plookup.index.memory import GlobalMemory
 
 KINDS = ["suffix", "ngram"]
@@ -88,17 +88,29 @@ def test_a_prediction_serves_its_own_generation_only(kind):
     assert drafter.candidate(4).match_length == 0
 
 
+def calibrations(drafter) -> tuple[np.ndarray, np.ndarray]:
+    """The request's calibration and the corpus's, (hits, trials) each, stacked."""
+    return np.stack(drafter.policy.calibration(REQUEST)), np.stack(drafter.policy.calibration(CORPUS))
+
+
 def test_a_predictions_drafts_are_calibrated_as_the_requests_own():
+    """Five verdicts on drafts from the prediction move the request's calibration exactly as five on
+    the request's own drafts do, and leave the corpus's as a fresh drafter's: a prediction's outcomes
+    recorded nowhere, or as the corpus's, fail it."""
+    fresh = SuffixDrafter()
+    fresh.start(PROMPT)
+    before_own, before_corpus = calibrations(fresh)
     drafted = {}
     for source in (REQUEST, PREDICTION):
         drafter = SuffixDrafter()
         drafter.start(PROMPT)
         for _ in range(5):
             drafter.observe(Draft(np.arange(6, dtype=np.int32), 4, source), 2)
-        drafted[source] = drafter.policy.calibration(REQUEST), drafter.policy.calibration(PREDICTION)
-    for calibration in drafted.values():
-        np.testing.assert_array_equal(calibration[0], calibration[1])
-    np.testing.assert_array_equal(drafted[REQUEST][0], drafted[PREDICTION][0])
+        drafted[source] = calibrations(drafter)
+    own, corpus = drafted[PREDICTION]
+    assert own[1].sum() > before_own[1].sum() and not np.array_equal(own, before_own)  # learned from them
+    np.testing.assert_array_equal(corpus, before_corpus)  # ... as the request's, not the corpus's
+    np.testing.assert_array_equal(own, drafted[REQUEST][0])
 
 
 @pytest.mark.parametrize("kind", KINDS)
