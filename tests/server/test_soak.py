@@ -99,6 +99,21 @@ def hang_up(port: int) -> None:
     connection.close()
 
 
+MAX_REFUSED = 0.01  # of the requests sent to be answered: a 429 after four retries is rare, not the rule
+
+
+def assert_answered(plan: list, results: list) -> list[int]:
+    """Every request sent to be answered (not cancelled by its client) was answered, bar a few
+    refused with 429 after their retries (a server that refuses most fails it); those statuses."""
+    refused = [status for what, _, status in results if what == "refused"]
+    assert set(refused) <= {429}, f"refused with {sorted(set(refused))}"
+    to_answer = sum(1 for what, detail in plan if what == "send" and not (detail[1] and detail[0][1][2]))
+    answered = sum(1 for what, _, _ in results if what == "answered")
+    assert answered + len(refused) == to_answer and len(refused) <= MAX_REFUSED * to_answer, \
+        f"{len(refused)} of {to_answer} refused with 429 after their retries, {answered} answered"
+    return refused
+
+
 @pytest.mark.parametrize(
     "parallel, n_requests",
     [pytest.param(1, N_REQUESTS, marks=pytest.mark.budget(270)), pytest.param(4, 400, marks=pytest.mark.budget(100))],
@@ -150,8 +165,7 @@ def test_thousand_mixed_requests(parallel, n_requests):
         full = [s.value for s in samples if s.name == "plookup_requests_total" and s.labels["status"] == "429"]
         engine = {s.name: s.value for s in samples if s.name in ("plookup_active_slots", "plookup_steps_total", "plookup_step_rows_total")}
 
-    refused = [status for what, _, status in results if what == "refused"]
-    assert set(refused) <= {429}, f"refused with {sorted(set(refused))}"
+    refused = assert_answered(plan, results)
     over = [(kind, status) for what, kind, status in results if what == "over"]
     assert over and all(status == EXPECTED_STATUS[kind] for kind, status in over), over
     answered = [(name, text) for what, name, text in results if what == "answered"]
