@@ -245,14 +245,14 @@ def vim_fim_response(raw: str) -> dict:
     assert re.search(r"^\s*\{", raw), raw[:200]
     assert re.search(r'"content"\s*:"', raw), f"llama.vim drops an answer not matching \\v\"content\"\\s*:\": {raw[:300]}"
     answer = json.loads(raw)
-    assert isinstance(answer.get("content", ""), str)
+    # response_fields: llama-server answers with the fields asked for, flattened, and only those
+    assert sorted(answer) == sorted(VIM_FIM_FIELDS), sorted(set(answer) ^ set(VIM_FIM_FIELDS))
+    assert isinstance(answer["content"], str)
     for key in ("timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_second",  # its has_key() checks
                 "timings/predicted_n", "timings/predicted_ms", "timings/predicted_per_second"):
-        assert key in answer, key
         assert isinstance(answer[key], (int, float)) and not isinstance(answer[key], bool), (key, answer[key])
-    assert isinstance(answer.get("tokens_cached", 0), int)  # the "c:" of its info line
-    assert isinstance(answer.get("truncated", False), bool)
-    assert isinstance(answer.get("timings/truncated", False), bool)  # what it reads (a key it never asks for)
+    assert type(answer["tokens_cached"]) is int  # the "c:" of its info line
+    assert type(answer["truncated"]) is bool
     return answer
 
 
@@ -495,6 +495,14 @@ def continue_llamacpp_body(prompt: str, options: dict) -> dict:
     return {"model": CONTINUE_MODEL, "prompt": prompt, "stream": True, **options}
 
 
+def assert_fills_the_gap(text: str) -> None:
+    """Continue's autocomplete shows `text` at the cursor, after "    return " in circumference(radius):
+    an expression of the radius on that line, cut before any of its stop words."""
+    assert not any(stop in text for stop in CONTINUE_STOPS), text
+    line = text.split("\n", 1)[0]
+    assert "radius" in line, text
+
+
 def test_continue_llamacpp_autocomplete_and_chat(coder):
     # autocomplete: streamComplete(prompt, {...completionOptions, raw: true}) on the Qwen FIM template
     # (qwenMultifileFimTemplate without snippets: "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>")
@@ -503,8 +511,8 @@ def test_continue_llamacpp_autocomplete_and_chat(coder):
     response = ok(coder.post("/completion", json=body, headers=CONTINUE_LLAMACPP_HEADERS))
     values = continue_stream_sse(response.text)
     text = "".join(v["content"] for v in values if v.get("content"))  # `if (value.content) yield value.content`
-    assert values and isinstance(text, str)
     assert values[-1]["stop"] is True
+    assert_fills_the_gap(text)
 
     # chat: "qwen2.5-coder:1.5b" autodetects the chatml template, so streamChat renders the messages
     # and calls _streamComplete with the chat's options (maxTokens only)
@@ -552,7 +560,7 @@ def test_continue_openai_provider_chat_and_autocomplete(coder):
     # `if (value.choices?.[0]?.text && value.finish_reason !== "eos") yield value.choices[0].text`
     text = "".join(v["choices"][0]["text"] for v in values
                    if v.get("choices") and v["choices"][0].get("text") and v.get("finish_reason") != "eos")
-    assert isinstance(text, str)
+    assert_fills_the_gap(text)
 
 
 # == Tabby (TabbyML/tabby, crates/http-api-bindings) ===============================================
