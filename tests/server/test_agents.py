@@ -17,6 +17,8 @@ from fastapi.testclient import TestClient
 
 import plookup
 from conftest import CODER, LLAMA_KWARGS
+from plookup.app.llama_cli import use_chat_template
+from plookup.app.serve import app as serve_app
 from plookup.app.serve.app import create_app
 from plookup.draft.policy import CPU_COST_CURVE
 
@@ -163,6 +165,56 @@ def test_the_turn_after_a_call(oai, app_client):
     assert result.choices[0].finish_reason in ("stop", "tool_calls")
 
 
+def test_tools_and_system_messages_rendered_as_llama_server_renders_them(app_client):
+    """The template is handed each tool as llama-server hands it (name, description, parameters:
+    a client's ``strict`` is left out) and each system message where it stands, so that both
+    servers evaluate one prompt and answer it alike (Codex's first prompt was 23 tokens longer
+    here). The line below is what llama-server's /apply-template gave for this tool, same model."""
+    strict = {"type": "function", "function": dict(WEATHER["function"], strict=True)}
+    messages = [{"role": "system", "content": "A."}, {"role": "developer", "content": "B."}] + ASK
+    prompt = app_client.post("/apply-template", json={"messages": messages, "tools": [strict]}).json()["prompt"]
+    assert ('\n{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather '
+            'in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": '
+            '["city"]}}}\n') in prompt
+    assert "strict" not in prompt
+    assert prompt.startswith("<|im_start|>system\nA.\n\n# Tools")
+    assert "<|im_end|>\n<|im_start|>system\nB.<|im_end|>\n<|im_start|>user\n" in prompt
+
+
+# Gemma's way with system messages: one, first, folded into the first user turn; any other raises.
+ONE_SYSTEM_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\n\n' %}"
+    "{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
+    "{% for m in rest %}{% if m['role'] == 'system' %}{{ raise_exception('one system message, first') }}{% endif %}"
+    "<turn>{{ m['role'] }}\n{% if loop.first %}{{ first }}{% endif %}{{ m['content'] }}</turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<turn>assistant\n{% endif %}")
+
+
+def test_system_messages_folded_where_the_template_refuses_them(coder_llm):
+    """Codex sends instructions and developer messages, Claude Code a system message between turns:
+    a template that takes one system message, first, gets them folded into one, not a 400."""
+    saved = coder_llm.chat_format, coder_llm.chat_handler
+    use_chat_template(coder_llm, ("jinja", ONE_SYSTEM_TEMPLATE))  # as --chat-template does
+    try:
+        answered_with_folded_system(coder_llm)
+    finally:
+        coder_llm.chat_format, coder_llm.chat_handler = saved
+
+
+def answered_with_folded_system(coder_llm):
+    with TestClient(create_app(coder_llm, "qwen", chat_template=ONE_SYSTEM_TEMPLATE)) as client:
+        messages = [{"role": "system", "content": "A."}, {"role": "user", "content": "Hi."},
+                    {"role": "system", "content": "B."}]
+        prompt = client.post("/apply-template", json={"messages": messages}).json()["prompt"]
+        assert prompt == "<turn>user\nA.\n\nB.\n\nHi.</turn>\n<turn>assistant\n"
+        answer = client.post("/v1/responses", json={"model": "qwen", "instructions": "A.", "max_output_tokens": 2,
+                                                    "input": [{"role": "developer", "content": "B."},
+                                                              {"role": "user", "content": "Hi."}]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["usage"]["input_tokens"] == len(coder_llm.tokenize(prompt.encode(), add_bos=False,
+                                                                                special=True))
+
+
 def test_a_prompt_that_fits_is_answered_up_to_the_context(model_path):
     """As llama-server: the prompt alone is checked, and a max_tokens past the context ends at it
     (agents send large max_tokens by default; ignore_eos keeps the model from stopping first)."""
@@ -196,6 +248,29 @@ def test_responses_with_tools_streamed_and_not(oai):
     plain = oai.responses.create(model="qwen", instructions="Answer briefly.", input="Say hello.", temperature=0.0,
                                  max_output_tokens=16)
     assert plain.output_text and plain.status in ("completed", "incomplete")
+
+
+def test_agent_streams_open_before_the_prompt_is_evaluated(oai, app_client, monkeypatch):
+    """Responses and Messages streams send their opening events at once and keep sending events
+    (``response.in_progress``, Anthropic's ``ping``) while a long prompt is evaluated, so that an
+    agent's idle timeout does not fire on a slow machine; the answer after them is unchanged."""
+    monkeypatch.setattr(serve_app, "WAITING_EVERY", 0.01)
+    long_input = "Summarize this list in one word. " + " ".join(f"item {i}," for i in range(250))
+    events = list(oai.responses.create(model="qwen", input=long_input, stream=True, temperature=0.0,
+                                       max_output_tokens=4))
+    kinds = [event.type for event in events]
+    first_output = kinds.index("response.output_item.added")
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.incomplete"
+    assert kinds[2:first_output] and set(kinds[2:first_output]) == {"response.in_progress"}
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    whole = oai.responses.create(model="qwen", input=long_input, temperature=0.0, max_output_tokens=4)
+    assert events[-1].response.output_text == whole.output_text
+    body = {"model": "any", "max_tokens": 4, "temperature": 0.0, "stream": True,
+            "messages": [{"role": "user", "content": long_input + " (again)"}]}
+    with app_client.stream("POST", "/v1/messages", json=body) as response:
+        names = [line[len("event: "):] for line in response.iter_lines() if line.startswith("event: ")]
+    assert names[:2] == ["message_start", "ping"] and names[-1] == "message_stop"
+    assert names.index("content_block_start") > 2 and set(names[1:names.index("content_block_start")]) == {"ping"}
 
 
 def test_responses_refuses_previous_response_id(oai):

@@ -70,7 +70,8 @@ CODEX_BODY = {
 def test_codex_body_to_chat():
     chat = to_chat(ResponsesRequest.model_validate(CODEX_BODY))
     assert chat["messages"] == [
-        {"role": "system", "content": "You are Codex.\n\nSandbox: read-only."},
+        {"role": "system", "content": "You are Codex."},  # as llama-server: kept apart (folded only where
+        {"role": "system", "content": "Sandbox: read-only."},  # the template refuses a second one)
         {"role": "user", "content": "<environment_context>cwd</environment_context>\nList the files."},
         {"role": "assistant", "content": "Listing.", "reasoning_content": "I should run ls.", "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": '{"command":["ls"]}'}},

@@ -88,6 +88,12 @@ class MessagesShape(ConvertedShape):
     def failed(self, error: APIError) -> list[dict]:
         return [{"event": "error", "data": json.dumps(messages_api.error_body(error.status, str(error)))}]
 
+    def opening(self) -> list[dict]:
+        return self.events_of().start()
+
+    def waiting(self) -> list[dict]:
+        return [messages_api.event("ping")]
+
 
 class ResponsesShape(ConvertedShape):
     """OpenAI's Response, or its stream's events."""
@@ -117,6 +123,12 @@ class ResponsesShape(ConvertedShape):
 
     def failed(self, error: APIError) -> list[dict]:
         return self.opened() + self.stream.failing(str(error))
+
+    def opening(self) -> list[dict]:
+        return self.opened()
+
+    def waiting(self) -> list[dict]:
+        return self.stream.waiting()
 
 
 def add_agent_routes(app: FastAPI, service) -> None:

@@ -18,6 +18,7 @@ generator to the garbage collector.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -40,7 +41,7 @@ from ...verify.grammar import check_grammar
 from .agent_routes import AGENT_ROUTES, add_agent_routes
 from .chat import template_of, tool_plan
 from .controls import LlamaOptions, Shape, merge_completions
-from .errors import APIError, install_error_handlers, model_error
+from .errors import PROMPT_OVER_CONTEXT, APIError, install_error_handlers, model_error
 from .guards import CountRequests, LimitBody, ModelGate, RequireKey, request_key
 from .limits import ANY_ORIGIN, Limits
 from .lost import Lost
@@ -51,6 +52,7 @@ from .requests import (
     CompletionRequest,
     check_text_only,
     completion_prompts,
+    folded_system,
     function_tools,
     response_format_grammar,
     template_messages,
@@ -58,6 +60,10 @@ from .requests import (
 
 ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/metrics", "/health"})
 
+
+# Seconds between the events a stream that opened at once sends while its prompt is evaluated
+# (Codex CLI gives up on a stream idle for 300 s; its first prompt alone is 6,000 tokens).
+WAITING_EVERY = 5.0
 
 # The prompt's last tokens, read for a reasoning block the chat template opened (``<think>\n``).
 PROMPT_END = 8
@@ -207,6 +213,19 @@ class Service:
             raise APIError(400, f"the prediction is over the server's limit of {limit} tokens",
                            param="prediction", code="prediction_too_long")
 
+    def prompt_of(self, create_name: str, kwargs: dict) -> list[int]:
+        """The prompt's tokens (ValueError: refused). A chat is rendered as llama-server renders
+        it, so that both answer one prompt alike, unless the template refuses a system message
+        where it stands (Gemma's refuses a second one): then kwargs' messages are folded."""
+        try:
+            return self.probe.prompt(create_name, kwargs)
+        except ValueError as e:
+            folded = folded_system(kwargs["messages"]) if "messages" in kwargs else None
+            if folded is None or PROMPT_OVER_CONTEXT.search(str(e)):
+                raise
+            kwargs["messages"] = folded
+            return self.probe.prompt(create_name, kwargs)
+
     async def admit(self, body, create_name: str, shape: Shape) -> tuple[dict, Optional[dict]]:
         """(create_* keyword arguments, prediction) of a request that passed every check that
         needs no model time, its prompt's length included (measured into `shape`)."""
@@ -214,7 +233,7 @@ class Service:
         shape.prepare(kwargs)
         kwargs["max_tokens"] = self.limits.capped(kwargs.get("max_tokens"))
         try:
-            shape.prompt = await run_in_threadpool(self.probe.prompt, create_name, kwargs)
+            shape.prompt = await run_in_threadpool(self.prompt_of, create_name, kwargs)
         except ValueError as e:
             raise model_error(e, body) from e
         if shape.plan is not None:
@@ -305,32 +324,43 @@ class Service:
 
     async def start_stream(self, body, run, prediction, shape: Shape):
         """Run the stream's first step before the response starts, so that its errors are a real
-        status; the response then leaves the gate when it ends, however it ends."""
-        llm, gate, metrics, lost = self.llm, self.gate, self.metrics, self.lost
+        status, unless the shape opens at once (:meth:`.controls.Shape.opening`): then its events
+        go out first and every WAITING_EVERY seconds while the prompt is evaluated, and a failure
+        is the stream's last event. The response leaves the gate when it ends, however it ends."""
         gone = threading.Event()
 
         def first_chunk():
-            with llm.request(prediction, cancelled=gone.is_set) as call:
+            with self.llm.request(prediction, cancelled=gone.is_set) as call:
                 chunks = run(call, stream=True)
             return call, chunks, next(chunks, None)
 
-        try:
-            call, chunks, first = await self.lost.in_thread(first_chunk)
-        except ValueError as e:
-            gate.leave()
-            raise model_error(e, body) from e
-        except BaseException:
-            gate.leave()
-            raise
+        opening = shape.opening()
+        if opening is None:
+            try:
+                started = await self.lost.in_thread(first_chunk)
+            except ValueError as e:
+                self.gate.leave()
+                raise model_error(e, body) from e
+            except BaseException:
+                self.gate.leave()
+                raise
+            step = asyncio.get_running_loop().create_future()
+            step.set_result(started)
+        else:
+            step = asyncio.ensure_future(self.lost.in_thread(first_chunk))
         text: list[str] = []
 
         async def events():
             try:
+                if opening is not None:
+                    async for event in opened(step, opening, shape):
+                        yield event
+                call, chunks, first = step.result()
                 if first is not None:
                     text.append(chunk_text(first))
                     for event in shape.events(first):
                         yield event
-                    while (chunk := await lost.in_thread(next, chunks, None)) is not None:
+                    while (chunk := await self.lost.in_thread(next, chunks, None)) is not None:
                         text.append(chunk_text(chunk))
                         for event in shape.events(chunk):
                             yield event
@@ -343,18 +373,35 @@ class Service:
                 for event in shape.failed(e):
                     yield event
 
-        async def close():
-            gone.set()  # a generation step still running ends the stream at its next step
-            try:
-                await run_in_threadpool(chunks.close)  # under the gate: its cleanup touches the cache
-            finally:
-                gate.leave()
-            metrics.record_generation(call.stats.as_dict())
-            metrics.record_timings(shape.timings(call))
-            if call.prediction:
-                metrics.record_prediction(await run_in_threadpool(llm.prediction_details, call.prediction, "".join(text)))
+        return ClosingEventSource(events(), lambda: self.stream_closed(step, shape, "".join(text), gone), sep="\n")
 
-        return ClosingEventSource(events(), close, sep="\n")
+    async def stream_closed(self, step: asyncio.Future, shape: Shape, text: str, gone: threading.Event) -> None:
+        """A stream's end, however it ended: its generation stopped, the gate left, its stats kept."""
+        gone.set()  # a generation step still running ends the stream at its next step
+        started = None  # (call, chunks, first chunk) of a first step that ran
+        try:
+            await asyncio.wait({step})  # its thread owns the model until the step ends
+            if not step.cancelled() and step.exception() is None:
+                started = step.result()
+                await run_in_threadpool(started[1].close)  # under the gate: its cleanup touches the cache
+        finally:
+            self.gate.leave()
+        if started is None:
+            return
+        call = started[0]
+        self.metrics.record_generation(call.stats.as_dict())
+        self.metrics.record_timings(shape.timings(call))
+        if call.prediction:
+            self.metrics.record_prediction(await run_in_threadpool(self.llm.prediction_details, call.prediction, text))
+
+
+async def opened(step: asyncio.Future, opening: list[dict], shape: Shape):
+    """A stream that opens at once: its opening events, then its waiting ones until `step` is done."""
+    for event in opening:
+        yield event
+    while not (await asyncio.wait({step}, timeout=WAITING_EVERY))[0]:
+        for event in shape.waiting():
+            yield event
 
 
 LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"

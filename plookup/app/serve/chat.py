@@ -72,10 +72,13 @@ class ToolPlan:
         return self.format.render_messages(messages, list(self.tools) or None)
 
     def template_tools(self) -> Optional[list]:
-        """The tools the template is handed: none where the format says them in a message of its own."""
+        """The tools the template is handed: none where the format says them in a message of its own.
+        Each as llama-server hands it (common_chat_tools_to_json_oaicompat): a function's name,
+        description and parameters only, in that order, so that both servers render one prompt
+        (a client's ``strict``, say, would otherwise cost tokens and change the greedy answer)."""
         if not self.tools or self.format.name == "generic":
             return None
-        return list(self.tools)
+        return [template_tool(tool["function"]) for tool in self.tools]
 
     def grammar(self) -> Optional[llama_cpp.LlamaGrammar]:
         """The calls' grammar: lazy (auto: text or a call), or binding from the first token."""
@@ -88,6 +91,12 @@ class ToolPlan:
         """The reader of this request's answer; `prompt_end`: the rendered prompt's last text, which
         says whether the model starts inside a reasoning block the template opened."""
         return Answer(self.format.bind(list(self.tools), prompt_end))
+
+
+def template_tool(function: dict) -> dict:
+    fields = {"name": function["name"], "description": function.get("description") or "",
+              "parameters": function.get("parameters", {})}
+    return {"type": "function", "function": fields}
 
 
 def tool_plan(template: str, tools: Optional[list], choice: ToolChoice, parallel: Optional[bool]) -> ToolPlan:

@@ -504,6 +504,17 @@ class Shape:
         """The events that end a stream whose generation failed after its 200 went out."""
         return [error_event(error)]
 
+    def opening(self) -> Optional[list[dict]]:
+        """The events a stream opens with at once, before its prompt is evaluated, or None: the
+        first step runs before the response starts, so that its failure is a real status (OpenAI's
+        chat stream, as llama-server's). A wire that reports failures inside its stream opens at
+        once, so that a client sees events while a long prompt is evaluated."""
+        return None
+
+    def waiting(self) -> list[dict]:
+        """The events sent now and then while the prompt of a stream opened at once is evaluated."""
+        return []
+
     def closing(self, call) -> list[dict]:
         """The events after the last chunk: OpenAI's usage chunk where asked
         (``stream_options.include_usage``), then ``[DONE]``."""

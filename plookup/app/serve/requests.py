@@ -167,6 +167,18 @@ def template_messages(messages: List[ChatMessage]) -> List[dict]:
     return out
 
 
+def folded_system(messages: List[dict]) -> Optional[List[dict]]:
+    """`messages` with every system message made one, first (their texts joined by blank lines),
+    for a template that refuses a second system message or one after the first turn (Gemma's):
+    Codex sends two developer messages, Claude Code a system message between turns. None where
+    there is nothing to fold."""
+    systems = [m for m in messages if m["role"] == "system"]
+    if not systems or (len(systems) == 1 and messages[0] is systems[0]):
+        return None
+    system = {"role": "system", "content": "\n\n".join(m["content"] for m in systems)}
+    return [system] + [m for m in messages if m["role"] != "system"]
+
+
 class FunctionTool(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: str = Field(min_length=1)

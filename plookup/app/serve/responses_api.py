@@ -137,7 +137,7 @@ def chat_messages(request: ResponsesRequest) -> list[dict]:
         if joinable and reasoning:
             message["reasoning_content"] = reasoning
         reasoning = None
-    return merged_leading_system(messages)
+    return messages
 
 
 def chat_message(item: dict, where: str) -> dict:
@@ -180,19 +180,6 @@ def required(item: dict, key: str, where: str) -> Any:
     if key not in item:
         raise ValueError(f"{where}: {item.get('type', 'the item')} needs {key}")
     return item[key]
-
-
-def merged_leading_system(messages: list[dict]) -> list[dict]:
-    """`messages` with its leading system messages made one: Codex sends instructions and
-    developer messages, and many chat templates (Gemma's, Qwen's) take one system message, first,
-    and raise on another."""
-    lead = 0
-    while lead < len(messages) and messages[lead]["role"] == "system":
-        lead += 1
-    if lead < 2:
-        return messages
-    system = {"role": "system", "content": "\n\n".join(m["content"] for m in messages[:lead])}
-    return [system] + messages[lead:]
 
 
 def function_tools(tools: list[dict]) -> list[dict]:
@@ -373,6 +360,11 @@ class ResponseStream:
     def opening(self) -> list[dict]:
         shell = self.shell()
         return [self.event("response.created", response=shell), self.event("response.in_progress", response=shell)]
+
+    def waiting(self) -> list[dict]:
+        """While the prompt is evaluated: the response still in progress (as llama-server says
+        its prompt's progress)."""
+        return [self.event("response.in_progress", response=self.shell())]
 
     def events(self, chunk: dict) -> list[dict]:
         self.model = chunk.get("model") or self.model
