@@ -39,7 +39,9 @@ class MemoryScopes:
         if not scope:
             return self.shared
         with self._lock:
-            memory = self._scopes.pop(scope, None) or GlobalMemory(self.shared.max_tokens)
+            memory = self._scopes.pop(scope, None)
+            if memory is None:  # not `or`: an empty memory is falsy, and would be replaced on each get
+                memory = GlobalMemory(self.shared.max_tokens)
             self._scopes[scope] = memory  # the most recently used last
             while len(self._scopes) > self.max_scopes:
                 self._scopes.popitem(last=False)

@@ -35,3 +35,12 @@ def test_a_scopes_memory_is_its_own_and_stays_while_in_use():
     scopes.get("c")  # one too many: the least recently used goes
     assert scopes.get("a") is a and len(list(scopes.items())) == 3  # the shared one, "a" and "c"
     assert scopes.get("b") is not b  # dropped: a new, empty memory
+
+
+def test_an_empty_scopes_memory_is_kept_too():
+    """Two requests of a new scope at once draft from one memory: the second `get` of a scope whose
+    memory is still empty must not replace it (an empty memory is falsy), or the first request's
+    text would be written into a memory already dropped."""
+    scopes = MemoryScopes(GlobalMemory(64))
+    first = scopes.get("new")
+    assert len(first) == 0 and scopes.get("new") is first
