@@ -48,7 +48,7 @@ from .context import start_engine
 from ..log import log, phase
 from .load import check_arguments, doctor_settings, layers_placed, load_model, set_up_drafter
 from .logprobs import check_logprobs, with_chat_bytes, with_logprobs
-from .measured import calibrate
+from .measured import calibrate, check_calibration
 from .prediction import prediction_usage
 from .sampling import engine_sampler, plain_tokens, seeded_where_drafts_show
 from .stats import SpecStats
@@ -72,6 +72,11 @@ class Llama(Readings, Views):
     - ``exactness``: "auto" loads the model with the settings ``plookup doctor`` found exact for it
       and probes the settings in force once (cached): ``.exact`` and
       ``usage["speculative"]["exact"]`` say the verdict. None skips both (``.exact`` is None).
+    - ``calibration``: "blocking" (default) measures what ``cost_curve`` and ``exactness`` need at
+      load where it is not cached yet; "background" measures nothing: until the figures are cached
+      the model drafts nothing (plain decoding's output), :attr:`calibration_pending` says so, and
+      :func:`plookup.api.measured.take_over` applies them once a process of
+      :mod:`plookup.measure.background` has measured them (``plookup serve`` does both).
     - ``use_extra_bufts``: llama.cpp's weight repacking (default on, unless the doctor's settings
       say off).
     - ``parallel``: how many generations decode at once, each on a slot with the whole ``n_ctx``
@@ -112,11 +117,17 @@ class Llama(Readings, Views):
         corpus=None,
         backend_sampling: Optional[bool] = None,
         cache_reuse: int = 0,
+        calibration: str = "blocking",
         **kwargs,
     ):
         # llama_cpp.Llama.__del__ closes self._stack; it must exist even if validation fails.
         self._stack = contextlib.ExitStack()
         self._decode_thread = None  # a plookup.engine.decode_thread.DecodeThread, where one helps
+        self.calibration_pending = None  # a plookup.api.measured.Pending while figures are missing
+        check_calibration(calibration)
+        # what a process measuring this model's figures loads (plookup.measure.background)
+        load = dict(model_path=model_path, args=list(args), kwargs=dict(kwargs), parallel=parallel,
+                    use_extra_bufts=use_extra_bufts)
         check_arguments(model_path, max_draft, parallel, exactness, kwargs)
         settings, repack = doctor_settings(model_path, exactness, use_extra_bufts, kwargs)
         servers = kwargs.get("rpc_servers")
@@ -143,7 +154,7 @@ class Llama(Readings, Views):
             backend_sampling = recommended_backend_sampling(model_path, settings)
         self.backend_sampling = bool(backend_sampling)
         set_up_drafter(self, corpus, streams)
-        calibrate(self, exactness, cost_curve, streams)  # sets exact
+        calibrate(self, exactness, cost_curve, streams, calibration, load)  # sets exact, calibration_pending
         self.last_stats = SpecStats(exact=self.exact)  # a view of the latest call's stats
 
     @property

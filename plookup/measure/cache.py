@@ -5,14 +5,39 @@ and read back from ``cache_dir()/<folder>/<key>.json`` after that.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from ..files import cache_dir, write_text_atomically
 from ..log import log, phase
+
+
+# Inside cached_only(): what is not cached yet raises NotMeasured instead of being measured now.
+_cached_only = contextvars.ContextVar("plookup_cached_only", default=False)
+
+
+class NotMeasured(LookupError):
+    """A measurement :func:`measured_once` would have made now, inside :func:`cached_only`."""
+
+    def __init__(self, what: str, path):
+        super().__init__(f"the {what} is not measured yet ({path})")
+        self.what, self.path = what, path
+
+
+@contextlib.contextmanager
+def cached_only() -> Iterator[None]:
+    """Inside the block, :func:`measured_once` reads what is cached and measures nothing: a
+    missing measurement raises :class:`NotMeasured` (``plookup.Llama(calibration="background")``)."""
+    token = _cached_only.set(True)
+    try:
+        yield
+    finally:
+        _cached_only.reset(token)
 
 
 def digest(parts) -> str:
@@ -44,11 +69,13 @@ def keep(path, data, indent: Optional[int] = None) -> None:
 
 def measured_once(path, what: str, parse, measure, serialize):
     """``parse`` of the JSON kept at `path`, else ``measure()`` now, kept there as ``serialize``
-    of it."""
+    of it (inside :func:`cached_only`: else :class:`NotMeasured`)."""
     cached = read_cached(path, parse, what)
     if cached is not None:
         log.info("%s: read from %s", what, path)
         return cached
+    if _cached_only.get():
+        raise NotMeasured(what, path)
     with phase(f"measuring the {what}", f"(once for this model, settings and build; kept in {path})"):
         value = measure()
     keep(path, serialize(value))

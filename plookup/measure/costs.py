@@ -69,15 +69,31 @@ def context_limit(llm: llama_cpp.Llama) -> int:
     return min(llm.n_ctx(), len(llm.input_ids))
 
 
+# Times this process was resumed after a stop (SIGCONT): a measurement in the background
+# (plookup.measure.background) is stopped while the server it measures for generates, and a decode
+# the stop fell in is timed again. Counted by resumed(), which that process installs as the handler.
+_resumes = 0
+RETIMES = 3  # a decode timed again at most this many times
+
+
+def resumed(*_signal) -> None:
+    global _resumes
+    _resumes += 1
+
+
 def _decode_seconds(llm: llama_cpp.Llama, tokens: list[int], n_past: int) -> float:
-    fill(llm._batch.batch, sequence_rows(tokens, n_past))
-    start = time.perf_counter()
-    llm._ctx.decode(llm._batch)
-    # Asynchronous backends (CUDA, Metal) return from llama_decode before the batch has run; a
-    # step costs until its logits can be read.
-    llama_cpp.llama_synchronize(llm._ctx.ctx)
-    seconds = time.perf_counter() - start
-    llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+    for _ in range(RETIMES):
+        before = _resumes
+        fill(llm._batch.batch, sequence_rows(tokens, n_past))
+        start = time.perf_counter()
+        llm._ctx.decode(llm._batch)
+        # Asynchronous backends (CUDA, Metal) return from llama_decode before the batch has run; a
+        # step costs until its logits can be read.
+        llama_cpp.llama_synchronize(llm._ctx.ctx)
+        seconds = time.perf_counter() - start
+        llm._ctx.kv_cache_seq_rm(-1, n_past, -1)
+        if _resumes == before:
+            break
     return seconds
 
 

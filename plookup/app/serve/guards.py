@@ -125,6 +125,10 @@ class ModelGate:
         self.max_queue, self.slots = max_queue, slots
         self._slot = anyio.Semaphore(slots)
         self.waiting = 0
+        self.held = 0  # generations inside the gate
+        # Called with True when a generation enters an idle gate, with False when the last one
+        # leaves (before a waiting one is let in): the model is idle inside that call.
+        self.on_busy: Callable[[bool], None] = lambda busy: None
         self._on_depth = on_depth or (lambda depth: None)
         self._mean_seconds = 1.0  # held time, moving average: the Retry-After estimate
         self._entered = 0.0
@@ -144,8 +148,16 @@ class ModelGate:
             self.waiting -= 1
             self._on_depth(self.waiting)
         self._entered = time.monotonic()
+        self.held += 1
+        if self.held == 1:
+            self.on_busy(True)
         return self._entered - start
 
     def leave(self) -> None:
         self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - self._entered)
-        self._slot.release()
+        self.held -= 1
+        try:
+            if self.held == 0:
+                self.on_busy(False)
+        finally:
+            self._slot.release()
