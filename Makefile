@@ -188,9 +188,10 @@ test-exact: install
 	$(PY) -m pytest -q -m exact_build --leg exact --durations=10 tests
 
 # Planted bugs, each on a temporary copy, and the tests that must catch them (tests/mutants.py; a
-# full run rewrites docs/mutants.txt). Not part of CI: about 2 minutes on 2 cores.
+# full run rewrites docs/mutants.txt). Not part of CI: each mutant runs against its whole leg, an
+# estimated 15-20 minutes on 2 cores. MUTANTS_ARGS=--head copies HEAD's files, not the working tree's.
 mutants: install
-	$(PY) tests/mutants.py
+	$(PY) tests/mutants.py $(MUTANTS_ARGS)
 
 # aider end to end through `plookup serve`; aider gets a venv of its own (~/.cache/plookup/aider-venv,
 # from PyPI, once). AIDER_ARGS e.g. "--memory" or "-m qwen-coder-0.5b --formats whole --json out.json".
