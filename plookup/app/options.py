@@ -177,8 +177,9 @@ def layers_line(kwargs: dict) -> str:
     return layers_placed(total, kwargs.get("n_gpu_layers", AUTO_GPU_LAYERS), kwargs.get("rpc_servers"))
 
 
-def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None):
-    """plookup.Llama (with `parallel` slots; `decode_thread`: see plookup.Llama), or
+def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None,
+               calibration: str = "blocking"):
+    """plookup.Llama (with `parallel` slots; `decode_thread`, `calibration`: see plookup.Llama), or
     llama_cpp.Llama when speculation is off."""
     kwargs = model_kwargs(args)
     if speculative:
@@ -186,7 +187,7 @@ def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int
 
         memory = open_memory(args, kwargs["model_path"])
         return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel,
-                     decode_thread=decode_thread, corpus=getattr(args, "corpus", None), **kwargs)
+                     decode_thread=decode_thread, corpus=getattr(args, "corpus", None), calibration=calibration, **kwargs)
     return plain_llama(kwargs)
 
 

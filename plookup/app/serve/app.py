@@ -409,23 +409,27 @@ LOCALHOST_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 
 def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: Optional[str] = None,
                cors_origins: Sequence[str] = ANY_ORIGIN, on_shutdown: Callable[[], None] = lambda: None,
-               chat_template: Optional[str] = None) -> FastAPI:
+               chat_template: Optional[str] = None, on_startup: Callable[[], None] = lambda: None) -> FastAPI:
     """The app serving `llm` as `model_name` to every request, whatever ``model`` it names (its chats
     rendered with `chat_template`, see :class:`Service`); a browser page from one of `cors_origins` may
     call it too: "*" any (llama-server's default), "localhost" this machine's pages, () none
-    (same-origin only). `on_shutdown()` runs when the server shuts down."""
+    (same-origin only). `on_startup()` runs on the server's event loop as it starts, `on_shutdown()`
+    when it shuts down. ``app.state.calibration``, where the serve command sets it, is said by /health."""
     metrics = Metrics(ROUTES | LLAMA_ROUTES | AGENT_ROUTES)
     metrics.watch_model(llm)
     service = Service(llm, model_name, limits, metrics, keyed=bool(api_key), chat_template=chat_template)
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         service.lost.start()  # on the server's event loop
+        on_startup()
         yield
         on_shutdown()
 
     app = FastAPI(title="plookup", lifespan=lifespan)
     app.state.memories = service.memories  # the serve command keeps them (--memory)
     app.state.model_name = model_name
+    app.state.gate = service.gate  # the serve command's background measurement waits for idle moments
+    app.state.calibration = None  # e.g. "measuring": the model decodes plainly until its figures are in
     install_error_handlers(app)
     app.add_middleware(LimitBody, max_bytes=limits.max_body_bytes)  # added last runs first:
     if api_key:
@@ -462,7 +466,8 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     async def health():
         if service.lost.check() is not None:
             raise service.lost.error()
-        return {"status": "ok"}
+        calibration = app.state.calibration
+        return {"status": "ok"} if calibration is None else {"status": "ok", "calibration": calibration}
 
     add_llama_routes(app, service)  # llama-server's own routes, and the /v1 ones without /v1
     add_agent_routes(app, service)

@@ -5,6 +5,7 @@ LLAMA_ARG_* variables, and refuses by name what plookup cannot honour."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import threading
@@ -15,6 +16,8 @@ from ... import log
 from ...draft.sizing import LLAMA_SERVER_N_BATCH
 from ...api.rpc import EXIT_RPC_LOST
 from ...api.rpc_lost import lost_servers
+from ...api.measured import take_over
+from ...measure.background import DEADLINE_ENV, Measurement, spec_of
 from ..options import add_drafter_option, add_model_options, load_llama, load_scopes, save_memory
 from .limits import ANY_ORIGIN, Limits
 
@@ -63,6 +66,11 @@ def register(commands) -> None:
                             "one at a time, exact where `plookup doctor` says so)")
     serve.add_argument("--max-queue", type=int, default=limits.max_queue,
                        help=f"requests waiting for the model, else 429 (default {limits.max_queue})")
+    serve.add_argument("--calibration", choices=("background", "blocking"), default="background",
+                       help="where the model's exactness and verify-cost curve are not measured yet for these "
+                            "settings: background (default) serves at once, without drafts, while a process of "
+                            "its own measures them (stopped while requests run; /health says \"calibration\": "
+                            "\"measuring\"), blocking measures them before serving (a benchmark's choice)")
     llama_cli.add_server_flags(serve)
     # llama-server's default batch, which also sizes its FIM prompts (plookup.api.fim), and its
     # flash attention (-fa auto: on where the backend has the kernel; BENCHMARKS.md, "Four clients
@@ -108,7 +116,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for note in dict.fromkeys(args.llama_notes or ()):
         print(f"plookup serve: {note}", file=sys.stderr, flush=True)
     keys = api_keys(args)
-    llm = load_llama(args, parallel=args.parallel, decode_thread=True)  # requests run on the pool's threads
+    # requests run on the pool's threads; what is not measured yet for this model and its settings
+    # is measured in the background (BackgroundFigures), except over RPC (its servers serve one client)
+    llm = load_llama(args, parallel=args.parallel, decode_thread=True,
+                     calibration="blocking" if args.rpc else args.calibration)
     if args.cache_reuse:
         try:
             llm.cache_reuse = args.cache_reuse
@@ -119,16 +130,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     limits = Limits(args.max_body_bytes, args.max_prediction_tokens, args.max_queue, n_predict=args.n_predict)
     lost = threading.Event()  # set once an RPC server holding layers is lost (watch_rpc)
 
+    figures = BackgroundFigures.of(llm, started, args.quiet)
+
     def keep_memory() -> None:
         # In the app's shutdown: uvicorn raises a SIGINT or SIGTERM again once it has shut down,
         # so nothing after server.run() runs then. A lost RPC server keeps nothing (the model
         # cannot be freed; a supervisor restarts the server).
+        if figures is not None:
+            figures.stop()
         if not lost.is_set():
             save_memory(args, llm, app.state.memories)
 
     template = None if not args.chat_template else args.chat_template[1] if args.chat_template[0] == "jinja" else ""
     app = create_app(llm, args.model_alias or os.path.basename(llm.model_path), limits, keys, args.cors_origins,
-                     on_shutdown=keep_memory, chat_template=template)
+                     on_shutdown=keep_memory, chat_template=template,
+                     on_startup=lambda: figures.start(app) if figures is not None else None)
     load_scopes(args, llm.model_path, app.state.memories)
     place = dict(uds=args.host) if args.host.endswith(".sock") else dict(host=args.host, port=args.port)
     server = uvicorn.Server(uvicorn.Config(app, **place))
@@ -159,3 +175,92 @@ def watch_rpc(llm, server, lost: threading.Event, every_s: float = 2.0) -> None:
             time.sleep(every_s)
 
     threading.Thread(target=watch, name="plookup-rpc-watch", daemon=True).start()
+
+
+class BackgroundFigures:
+    """The served model's figures (exactness, verify-cost curve) measured while it serves: a
+    :class:`~plookup.measure.background.Measurement` started with the server, stopped while a
+    generation runs and resumed when the model idles, and the figures it cached applied at the
+    first moment the model idles after it (inside the gate's hook: no generation runs, none
+    waits longer than applying them takes), with a line in the log. Until then /health says
+    "calibration": "measuring" and the model decodes plainly."""
+
+    def __init__(self, llm, measurement: Measurement, started: float):
+        self.llm, self.measurement, self.started = llm, measurement, started
+        self.app = self.loop = None
+        self.ready = False  # measured: taken over when the model next idles
+
+    @classmethod
+    def of(cls, llm, started: float, quiet: bool) -> "BackgroundFigures | None":
+        """None where the model waits for nothing; where it cannot be measured in the background,
+        measured here now, as a blocking load would."""
+        pending = getattr(llm, "calibration_pending", None)
+        if pending is None:
+            return None
+        spec = spec_of(pending, quiet)
+        if spec is None:
+            take_over(llm, measure=True)
+            return None
+        return cls(llm, Measurement(spec), started)
+
+    def start(self, app) -> None:
+        """On the server's event loop, as it starts."""
+        self.app, self.loop = app, asyncio.get_running_loop()
+        app.state.calibration = "measuring"
+        app.state.gate.on_busy = self.busy
+        self.measurement.start()
+        log.log.info("measuring what is not cached yet (the %s, ...) in the background, in a process of its "
+                     "own stopped while requests run: serving without drafts until then",
+                     self.llm.calibration_pending.missing)
+        threading.Thread(target=self.watch, name="plookup-figures", daemon=True).start()
+
+    def busy(self, busy: bool) -> None:
+        """The gate's hook (on the event loop): the measurement stopped while a generation runs,
+        resumed (or its figures taken over) when the model idles."""
+        try:
+            if busy:
+                self.measurement.pause()
+                return
+            if self.ready:
+                self.take_over()
+            self.measurement.resume()
+        except Exception as e:  # never in a request's way
+            print(f"plookup serve: the background measurement: {e!r}", file=sys.stderr, flush=True)
+
+    def watch(self) -> None:
+        measured = self.measurement.wait()
+        try:
+            self.loop.call_soon_threadsafe(self.ended, measured)
+        except RuntimeError:  # the server has shut down
+            pass
+
+    def ended(self, measured: bool) -> None:
+        """(on the event loop) Taken over now where the model idles, else when it next does."""
+        if not measured:
+            process = self.measurement.process
+            why = (f"gave up after {self.measurement.deadline:.0f} s of running (${DEADLINE_ENV})"
+                   if self.measurement.gave_up else f"failed (exit status {process.returncode})")
+            self.give_up(f"the background measurement {why}")
+            return
+        self.ready = True
+        if self.app.state.gate.held == 0:
+            self.take_over()
+
+    def take_over(self) -> None:
+        self.ready = False
+        self.app.state.gate.on_busy = lambda busy: None
+        line = take_over(self.llm)
+        if line is None:
+            self.give_up(f"the background measurement ended without the {self.llm.calibration_pending.missing}")
+            return
+        self.app.state.calibration = None
+        log.log.info("measured figures take over %.1f s after the start (%.1f s of measuring): %s",
+                     time.monotonic() - self.started, self.measurement.ran_s, line)
+
+    def give_up(self, why: str) -> None:
+        self.app.state.gate.on_busy = lambda busy: None
+        self.app.state.calibration = "not measured"
+        log.log.warning("%s: serving without drafts; the next start measures again (or run `plookup doctor`)", why)
+
+    def stop(self) -> None:
+        self.measurement.stop()
