@@ -171,7 +171,7 @@ def serving(model: str, logs: Path, *options: str) -> Iterator[str]:
     command = [
         sys.executable, "-m", "plookup.app.cli", "serve", "-m", model, "--host", "127.0.0.1",
         "--port", str(port), "--model-alias", MODEL_ALIAS, "--n-ctx", str(N_CTX),
-        "--threads", str(os.cpu_count() or 1), *options,
+        "--threads", str(os.cpu_count() or 1), "--calibration", "blocking", *options,
     ]
     log("$ " + " ".join(command[1:]))
     with open(logs, "a") as err:

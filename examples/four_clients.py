@@ -54,7 +54,7 @@ def start(system: str, binary: str, model: str, adjust=lambda command: command,
     if system.startswith("llama-server"):  # llama-server's -c is shared by its slots: 4096 each, as plookup's
         command = [binary, *common, "-c", str(4096 * CLIENTS), *SYSTEMS[system]]
     else:
-        command = [*PLOOKUP_CLI, "serve", *common, "-c", "4096", "-q"]
+        command = [*PLOOKUP_CLI, "serve", *common, "-c", "4096", "-q", "--calibration", "blocking"]
     process = subprocess.Popen(adjust(command), stdout=subprocess.DEVNULL, stderr=stderr)
     url = f"http://127.0.0.1:{port}"
     wait_healthy(process, url, system, 300)

@@ -141,7 +141,7 @@ def serving(alias: str, *options: str):
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=5) as r:  # open even with --api-key
                     # A first start on settings never measured serves plainly while it measures
-                    # them (plookup.measure.background): the tests that count drafts wait for them.
+                    # them (plookup.api.background): the tests that count drafts wait for them.
                     if json.loads(r.read()).get("calibration") != "measuring":
                         break
                 raise OSError("measuring")

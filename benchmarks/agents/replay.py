@@ -50,7 +50,7 @@ def start(system: str, binary: str, model: str, n_ctx: int) -> tuple[subprocess.
     common = ["-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(THREADS), "-tb", str(THREADS),
               "-c", str(n_ctx), "-np", "1"]
     if SYSTEMS[system] is None:
-        command = [sys.executable, "-m", "plookup.app.cli", "serve", *common, "-q"]
+        command = [sys.executable, "-m", "plookup.app.cli", "serve", *common, "-q", "--calibration", "blocking"]
     else:
         command = [binary, *common, "--metrics", "--jinja", *SYSTEMS[system]]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

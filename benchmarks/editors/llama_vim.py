@@ -309,7 +309,7 @@ class Server:
         else:
             command = [sys.executable, "-m", "plookup.app.cli", "serve", "-m", model_kwargs["model_path"],
                        "--host", "127.0.0.1", "--port", str(port), "--n-ctx", str(model_kwargs["n_ctx"]),
-                       "--threads", threads, *kind.split()[2:]]
+                       "--threads", threads, "--calibration", "blocking", *kind.split()[2:]]
         self.command = command
         log = open(log_path or os.devnull, "ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=log)

@@ -31,19 +31,8 @@ from ..draft.index_drafter import IndexDrafter
 from ..measure.settings import recommended_backend_sampling
 from ..verify.grammar import check_grammar
 from ..verify.logprobs import Logprobs
-from .call import (
-    Call,
-    Stream,
-    check_prompt,
-    current_call,
-    deliver,
-    each,
-    handed_over,
-    joined_or_new,
-    new_call,
-    running,
-    within,
-)
+from .call import (Call, Stream, check_prompt, current_call, deliver, each, handed_over, joined_or_new, new_call,
+                   running, within)
 from .context import start_engine
 from ..log import log, phase
 from .load import check_arguments, doctor_settings, layers_placed, load_model, set_up_drafter
@@ -72,11 +61,9 @@ class Llama(Readings, Views):
     - ``exactness``: "auto" loads the model with the settings ``plookup doctor`` found exact for it
       and probes the settings in force once (cached): ``.exact`` and
       ``usage["speculative"]["exact"]`` say the verdict. None skips both (``.exact`` is None).
-    - ``calibration``: "blocking" (default) measures what ``cost_curve`` and ``exactness`` need at
-      load where it is not cached yet; "background" measures nothing: until the figures are cached
-      the model drafts nothing (plain decoding's output), :attr:`calibration_pending` says so, and
-      :func:`plookup.api.measured.take_over` applies them once a process of
-      :mod:`plookup.measure.background` has measured them (``plookup serve`` does both).
+    - ``calibration``: "blocking" (default) measures the figures ``cost_curve`` and ``exactness``
+      need at load; "background" drafts nothing until they are cached (:attr:`calibration_pending`,
+      :func:`plookup.api.measured.take_over`; ``plookup serve`` measures in :mod:`.background`).
     - ``use_extra_bufts``: llama.cpp's weight repacking (default on, unless the doctor's settings
       say off).
     - ``parallel``: how many generations decode at once, each on a slot with the whole ``n_ctx``
@@ -125,9 +112,8 @@ class Llama(Readings, Views):
         self._decode_thread = None  # a plookup.engine.decode_thread.DecodeThread, where one helps
         self.calibration_pending = None  # a plookup.api.measured.Pending while figures are missing
         check_calibration(calibration)
-        # what a process measuring this model's figures loads (plookup.measure.background)
         load = dict(model_path=model_path, args=list(args), kwargs=dict(kwargs), parallel=parallel,
-                    use_extra_bufts=use_extra_bufts)
+                    use_extra_bufts=use_extra_bufts)  # what a process measuring its figures loads
         check_arguments(model_path, max_draft, parallel, exactness, kwargs)
         settings, repack = doctor_settings(model_path, exactness, use_extra_bufts, kwargs)
         servers = kwargs.get("rpc_servers")

@@ -7,7 +7,7 @@ seconds to minutes the first time. ``calibration="background"`` (``plookup serve
 nothing at load: where a figure it needs is not cached yet, the model decodes plainly (no drafts:
 plain decoding's output, exact by construction) and :attr:`Llama.calibration_pending` says so,
 until :func:`take_over` applies the figures a measurement in another process
-(:mod:`plookup.measure.background`) has cached since.
+(:mod:`plookup.api.background`) has cached since.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ CALIBRATIONS = ("blocking", "background")
 class Pending:
     """The figures a model waits for (``calibration="background"``): how calibrate was asked for
     them, the drafter's settings they apply to, what was found missing, and what a process that
-    measures them loads (:mod:`plookup.measure.background`)."""
+    measures them loads (:mod:`plookup.api.background`)."""
 
     exactness: object
     cost_curve: object

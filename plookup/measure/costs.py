@@ -70,7 +70,7 @@ def context_limit(llm: llama_cpp.Llama) -> int:
 
 
 # Times this process was resumed after a stop (SIGCONT): a measurement in the background
-# (plookup.measure.background) is stopped while the server it measures for generates, and a decode
+# (plookup.api.background) is stopped while the server it measures for generates, and a decode
 # the stop fell in is timed again. Counted by resumed(), which that process installs as the handler.
 _resumes = 0
 RETIMES = 3  # a decode timed again at most this many times

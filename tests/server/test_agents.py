@@ -273,9 +273,12 @@ def test_agent_streams_open_before_the_prompt_is_evaluated(oai, app_client, monk
     assert names.index("content_block_start") > 2 and set(names[1:names.index("content_block_start")]) == {"ping"}
 
 
-def test_responses_refuses_previous_response_id(oai):
+def test_responses_refuses_what_it_does_not_serve(oai):
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         oai.responses.create(model="qwen", input="hi", previous_response_id="resp_123", max_output_tokens=4)
+    # as on the chat route (llama.cpp's test_responses_stream_with_llama_telemetry asks for it)
+    with pytest.raises(openai.BadRequestError, match="return_progress is not served: plookup streams no prompt-processing"):
+        oai.responses.create(model="qwen", input="hi", max_output_tokens=4, extra_body={"return_progress": True})
 
 
 def test_messages_with_tools_streamed_and_not(claude):

@@ -1,7 +1,7 @@
 """A first `plookup serve` on a model and settings it has never measured answers at once (issue 47,
 "Ready at once"): /health and a first completion within seconds of the weights being loaded, that
 completion plain decoding's text with no drafts, while the exactness probe and the verify-cost
-curve are measured in a process of its own (plookup.measure.background); the log then says when
+curve are measured in a process of its own (plookup.api.background); the log then says when
 the measured figures take over, and from then on the server drafts, from the cache files that a
 blocking start would have written."""
 
@@ -23,7 +23,7 @@ from plookup.app.bench.local_server import free_port
 from support.plain import NEAR_TIE, first_near_tie, greedy_with_gaps
 
 READY_S = 5.0  # the issue's bound, from the weights loaded to a first completion answered
-TAKE_OVER_S = 600.0  # the background measurement's own deadline (plookup.measure.background)
+TAKE_OVER_S = 600.0  # the background measurement's own deadline (plookup.api.background)
 LOADED = re.compile(r"plookup: loading SmolLM2-135M-Instruct\.Q4_1\.gguf: done in ")
 TAKEN_OVER = re.compile(r"plookup: measured figures take over [\d.]+ s after the start .*drafts of up to (\d+) tokens")
 # copied line for line: drafted whole once drafting is on

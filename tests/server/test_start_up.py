@@ -1,5 +1,5 @@
 """`plookup serve`'s start says what it is doing (plookup.log): a line per phase, in order, before
-/health answers, then the measurements made in the background (plookup.measure.background), each
+/health answers, then the measurements made in the background (plookup.api.background), each
 saying where it is kept, and when their figures take over; a second start reads them from there;
 --quiet (llama-server's --log-disable) says none of it."""
 

@@ -16,7 +16,7 @@ from plookup.api import measured
 from plookup.api.measured import calibrate, take_over
 from plookup.draft.drafters import make_drafter
 from plookup.measure import costs, exactness
-from plookup.measure.background import Measurement, measuring_n_ctx, spec_of
+from plookup.api.background import Measurement, measuring_n_ctx, spec_of
 from plookup.measure.exactness import Invariance, RowCheck
 
 CURVE = np.linspace(1.0, 3.0, 65)

@@ -431,12 +431,7 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     app.state.gate = service.gate  # the serve command's background measurement waits for idle moments
     app.state.calibration = None  # e.g. "measuring": the model decodes plainly until its figures are in
     install_error_handlers(app)
-    app.add_middleware(LimitBody, max_bytes=limits.max_body_bytes)  # added last runs first:
-    if api_key:
-        app.add_middleware(RequireKey, key=api_key)  # ... so the key is checked before the body,
-    app.add_middleware(CountRequests, count=metrics.count_request)  # ... and every answer is counted
-    if cors_origins:  # ... with CORS headers on it, and a preflight answered before the key is asked for
-        allow_origins(app, cors_origins)
+    add_middleware(app, limits, api_key, metrics, cors_origins)
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest):
@@ -472,6 +467,16 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     add_llama_routes(app, service)  # llama-server's own routes, and the /v1 ones without /v1
     add_agent_routes(app, service)
     return app
+
+
+def add_middleware(app: FastAPI, limits: Limits, api_key: Optional[str], metrics: Metrics,
+                   cors_origins: Sequence[str]) -> None:
+    app.add_middleware(LimitBody, max_bytes=limits.max_body_bytes)  # added last runs first:
+    if api_key:
+        app.add_middleware(RequireKey, key=api_key)  # ... so the key is checked before the body,
+    app.add_middleware(CountRequests, count=metrics.count_request)  # ... and every answer is counted
+    if cors_origins:  # ... with CORS headers on it, and a preflight answered before the key is asked for
+        allow_origins(app, cors_origins)
 
 
 def allow_origins(app: FastAPI, cors_origins: Sequence[str]) -> None:

@@ -17,7 +17,7 @@ from ...draft.sizing import LLAMA_SERVER_N_BATCH
 from ...api.rpc import EXIT_RPC_LOST
 from ...api.rpc_lost import lost_servers
 from ...api.measured import take_over
-from ...measure.background import DEADLINE_ENV, Measurement, spec_of
+from ...api.background import DEADLINE_ENV, Measurement, spec_of
 from ..options import add_drafter_option, add_model_options, load_llama, load_scopes, save_memory
 from .limits import ANY_ORIGIN, Limits
 
@@ -179,7 +179,7 @@ def watch_rpc(llm, server, lost: threading.Event, every_s: float = 2.0) -> None:
 
 class BackgroundFigures:
     """The served model's figures (exactness, verify-cost curve) measured while it serves: a
-    :class:`~plookup.measure.background.Measurement` started with the server, stopped while a
+    :class:`~plookup.api.background.Measurement` started with the server, stopped while a
     generation runs and resumed when the model idles, and the figures it cached applied at the
     first moment the model idles after it (inside the gate's hook: no generation runs, none
     waits longer than applying them takes), with a line in the log. Until then /health says

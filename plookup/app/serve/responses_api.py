@@ -76,6 +76,7 @@ class ResponsesRequest(BaseModel):
     store: Optional[bool] = None
     include: Optional[List[str]] = None
     metadata: Optional[Dict[str, str]] = None
+    return_progress: Optional[bool] = None  # llama-server's: handed to the chat request, which says it is not served
 
 
 # -- Responses request -> chat-completions request
@@ -101,6 +102,8 @@ def to_chat(request: ResponsesRequest) -> dict:
     response_format = chat_response_format(request.text)
     if response_format is not None:
         body["response_format"] = response_format
+    if request.return_progress:
+        body["return_progress"] = True
     body["stream"] = request.stream
     if request.stream:  # the Responses stream ends with the usage, which only this chunk gives
         body["stream_options"] = {"include_usage": True}

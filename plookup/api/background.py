@@ -47,8 +47,8 @@ def measuring_n_ctx(n_ctx: int, n_batch: int, max_draft: int, parallel: int) -> 
     (their context of CONTEXT_TOKENS and their largest batches, :mod:`.exactness` and :mod:`.costs`),
     and at least n_batch (llama_cpp caps n_batch, which the keys hold, by n_ctx); never more than
     the server's own `n_ctx` (0: the model's), whose limits the measurements then had anyway."""
-    from .costs import CONTEXT_TOKENS, DEFAULT_MAX_N, MAX_MEASURED_ROWS
-    from .exactness import EXACT_MIN_ROWS
+    from ..measure.costs import CONTEXT_TOKENS, DEFAULT_MAX_N, MAX_MEASURED_ROWS
+    from ..measure.exactness import EXACT_MIN_ROWS
 
     curve_rows = min(parallel * (max_draft + 1) if parallel > 1 else DEFAULT_MAX_N, MAX_MEASURED_ROWS)
     probe_rows = max(EXACT_MIN_ROWS, max_draft + 1)
@@ -164,7 +164,7 @@ def _die_with_parent(parent: int) -> None:
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
     _die_with_parent(spec["parent"])
-    from . import costs
+    from ..measure import costs
     from ..log import log
 
     signal.signal(signal.SIGCONT, costs.resumed)
@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
         handler.setFormatter(logging.Formatter("plookup: in the background: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-    from ..api.llama import Llama
+    from .llama import Llama
 
     llm = Llama(spec["model_path"], max_draft=spec["max_draft"], parallel=spec["parallel"],
                 exactness=spec["exactness"], cost_curve=spec["cost_curve"], use_extra_bufts=spec["use_extra_bufts"],
