@@ -45,7 +45,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
-from plookup.app.bench.local_server import free_port, wait_healthy
+from plookup.app.bench.local_server import free_port, stop, wait_healthy
 from plookup.app.bench.releases import RELEASES, python_files, wheel
 from plookup.app.tables import grid
 
@@ -329,12 +329,7 @@ class Server:
         return answer, time.perf_counter() - start
 
     def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop(self.process, 20)
 
 
 # -- running

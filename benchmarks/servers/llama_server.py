@@ -20,7 +20,7 @@ import urllib.request
 from typing import Optional, Sequence
 
 from plookup.api.stats import SpecStats
-from plookup.app.bench.local_server import free_port, wait_healthy
+from plookup.app.bench.local_server import free_port, stop, wait_healthy
 from plookup.app.bench.systems import run_record
 
 # The single-stream comparison's llama-server systems, and the concurrency run's: decoding plainly
@@ -116,11 +116,7 @@ class ServerSystem:
         return dict(start=start, times=times[:max_tokens], forward_passes=None, accepted=None)
 
     def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop(self.process, 10)
 
 
 # How long llama-server's n-gram drafts may be, by spec type (its defaults: ngram-mod 48-64,

@@ -1,5 +1,5 @@
 """A server process on 127.0.0.1: a port for it that nothing listens on, and waiting until it
-answers /health. What the tests, the examples and the harness of a checkout's benchmarks/ (the
+answers /health, and stopping it. What the tests, the examples and the harness of a checkout's benchmarks/ (the
 editor sessions, llama-server's runner, the agent replay) start their servers with; nothing here
 starts one."""
 
@@ -34,3 +34,13 @@ def wait_healthy(process: subprocess.Popen, url: str, name: str, seconds: float)
             pass
         time.sleep(0.5)
     raise RuntimeError(f"{name} not healthy after {seconds}s")
+
+
+def stop(process: subprocess.Popen, seconds: float) -> None:
+    """Terminate a server process, killed where it has not exited within `seconds`."""
+    process.terminate()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
