@@ -1,1 +1,2 @@
-"""Commands: plookup generate / serve / bench / doctor / corpus / models, and the options they share."""
+"""Commands: plookup generate / serve / bench / doctor / corpus / models / rpc-server, and the
+options they share; the README's map lists its modules."""

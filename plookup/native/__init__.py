@@ -1,2 +1,2 @@
-"""Numba kernels over numpy arrays, installed as ``plookup.native``; the classes that own the arrays
-live in ``plookup`` (suffix_index, ngram_index, policy). Import the kernel modules themselves."""
+"""Numba kernels over numpy arrays that plookup.index and plookup.draft own: the suffix automaton,
+the n-gram hash, the suffix array and the draft-length decision; the README's map lists its modules."""

@@ -1,13 +1,8 @@
 """Tool calls in open-weight models' output, per model family, as llama.cpp's ``llama-server
 --jinja`` reads them (common/chat.cpp, common/parsers/*.cpp): parsing whole and streamed outputs
 into content, reasoning and calls, the stream deltas an OpenAI client needs, the GBNF grammar that
-holds a call to its tool's schema, and the messages a family's chat template is rendered with.
-
-``detect(template)`` picks the family from the chat template's source; ``ToolFormat.bind`` adds
-what one request knows (its tools, whether its prompt opened a reasoning block).
-
-base (the result types, the shared scan, deltas) → families (each family's syntax, ``detect``)
-→ grammars (GBNF per family); jsonscan finds where JSON ends in a growing output.
+holds a call to its tool's schema, and the messages a family's chat template is rendered with;
+the README's map lists its modules.
 """
 
 from plookup.app.serve.toolcalls.base import Call, Parsed, ToolFormat, deltas
