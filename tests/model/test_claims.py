@@ -416,7 +416,7 @@ def test_prediction_accounting_past_the_exact_bound_on_a_real_completion(smol):
     assert 10 < exact < right_then_wrong  # the right parts counted, " 99, 98," not
 
 
-REPEAT = dict(repeat_penalty=1.1)  # llama_cpp.server's default: every `plookup serve` request that does not set it
+REPEAT = dict(repeat_penalty=1.1)  # llama_cpp.server's default (a client that sends it)
 
 
 def edit_answers(smol, prompt, n):

@@ -29,7 +29,7 @@ TAKEN_OVER = re.compile(r"plookup: measured figures take over [\d.]+ s after the
 # copied line for line: drafted whole once drafting is on
 REPEATED = "a = 1\nb = 2\nc = 3\n" * 4 + "a = 1\n"
 N_CTX, THREADS = 2048, 2
-# greedy, unpenalised (llama_cpp.server's schema defaults to repeat_penalty 1.1): plain decoding's tokens
+# greedy (unpenalised, as every request that names no penalty): plain decoding's tokens
 GREEDY = {"max_tokens": 24, "temperature": 0, "repeat_penalty": 1.0}
 
 

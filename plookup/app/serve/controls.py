@@ -33,6 +33,10 @@ from .toolcalls.grammars import loosened
 # llama-server's one-letter sampler names (its `--sampling-seq`)
 SAMPLER_LETTERS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p", "p": "top_p",
                    "m": "min_p", "x": "xtc", "t": "temperature", "i": "infill"}
+# llama-server's sampling defaults (its README, "/completion"; /props) where llama_cpp.server's
+# schema differs: its repeat_penalty 1.1 would penalise every repeated token of a request that sets
+# none, so greedy text would not be llama-server's, and a copy (an edit, a proofread) least of all.
+DEFAULTS = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=-1)
 MAX_COMPLETIONS = 8  # n_cmpl: completions of one prompt per request (llama.vscode sends 1-4)
 NOT_SERVED = {
     "post_sampling_probs": "plookup gives n_probs as the model's own probabilities (llama-server's default), "
@@ -58,6 +62,7 @@ class SpeculativeOptions(BaseModel):
 class LlamaOptions(BaseModel):
     """llama-server's request fields beyond OpenAI's, with its defaults (its README, "/completion")."""
 
+    repeat_penalty: float = Field(DEFAULTS["repeat_penalty"], ge=0)
     n_predict: Optional[int] = Field(None, ge=-1, exclude=True)
     # OpenAI's newer name for max_tokens (Zed sends it): llama-server reads n_predict, else this,
     # else max_tokens, on every route

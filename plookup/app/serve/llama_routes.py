@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, StrictStr, model_validator
 
 from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
-from .controls import LlamaOptions, Shape, eog_tokens, indent_cut, pick_fields, stat_counts
+from .controls import DEFAULTS, LlamaOptions, Shape, eog_tokens, indent_cut, pick_fields, stat_counts
 from .errors import APIError
 from .requests import ChatCompletionRequest, ChatMessage, CompletionRequest, Prediction, Tool
 
@@ -35,10 +35,6 @@ LLAMA_ROUTES = frozenset({
     "/completion", "/completions", "/infill", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots",
     "/chat/completions", "/models",
 })
-
-# /completion's defaults where llama_cpp.server's differ (llama-server's README and /props)
-DEFAULTS = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=-1)
-
 
 class LlamaCompletionBody(LlamaOptions):
     """llama-server's ``/completion`` body (the sampling fields are llama_cpp's where it has them)."""
@@ -49,7 +45,6 @@ class LlamaCompletionBody(LlamaOptions):
     top_k: int = DEFAULTS["top_k"]
     top_p: float = Field(DEFAULTS["top_p"], ge=0, le=1)
     min_p: float = Field(DEFAULTS["min_p"], ge=0, le=1)
-    repeat_penalty: float = DEFAULTS["repeat_penalty"]
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     mirostat: int = Field(0, ge=0, le=2)
