@@ -31,11 +31,14 @@ from plookup.app.bench.local_server import free_port, wait_healthy
 from plookup.app.models import resolve_model
 
 THREADS = 2
-SYSTEMS = {
-    "plookup": None,  # plookup serve at its defaults (its drafting on)
-    "llama-server": [],  # llama-server at its defaults (no drafting)
-    "llama-server ngram-mod": ["--spec-type", "ngram-mod"],
+SYSTEMS = {  # name: (server, its flags beyond the common ones)
+    "plookup": ("plookup", []),  # plookup serve at its defaults (its drafting on)
+    "plookup plain": ("plookup", ["--spec-type", "none"]),  # the same engine without drafts
+    "llama-server": ("llama-server", []),  # llama-server at its defaults (no drafting)
+    "llama-server ngram-mod": ("llama-server", ["--spec-type", "ngram-mod"]),
 }
+DEFAULT_SYSTEMS = ("plookup", "llama-server", "llama-server ngram-mod")
+REFERENCE = "llama-server"  # whose answers the others' texts are compared with
 COUNTERS = {
     "prompt_tokens": "llamacpp:prompt_tokens_total",
     "generated": "llamacpp:tokens_predicted_total",
@@ -49,10 +52,11 @@ def start(system: str, binary: str, model: str, n_ctx: int) -> tuple[subprocess.
     port = free_port()
     common = ["-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(THREADS), "-tb", str(THREADS),
               "-c", str(n_ctx), "-np", "1"]
-    if SYSTEMS[system] is None:
-        command = [sys.executable, "-m", "plookup.app.cli", "serve", *common, "-q", "--calibration", "blocking"]
+    server, flags = SYSTEMS[system]
+    if server == "plookup":
+        command = [sys.executable, "-m", "plookup.app.cli", "serve", *common, "-q", "--calibration", "blocking", *flags]
     else:
-        command = [binary, *common, "--metrics", "--jinja", *SYSTEMS[system]]
+        command = [binary, *common, "--metrics", "--jinja", *flags]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_healthy(process, url, system, 600)
@@ -73,9 +77,10 @@ def counters(url: str) -> dict:
 LENGTH_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
 
 
-def send(url: str, path: str, body: dict, cap: int) -> int:
+def send(url: str, path: str, body: dict, cap: int) -> tuple[int, str]:
     """One recorded request, greedy, not streamed, its answer's length capped at `cap` tokens
-    (agents ask for tens of thousands, and a small model may loop to the end)."""
+    (agents ask for tens of thousands, and a small model may loop to the end): the status and the
+    answer (its texts and calls, as JSON)."""
     body = dict(body, stream=False, temperature=0.0)
     for field in LENGTH_FIELDS:
         if field in body:
@@ -86,21 +91,36 @@ def send(url: str, path: str, body: dict, cap: int) -> int:
                                                                              "x-api-key": "unused"})
     try:
         with urllib.request.urlopen(request, timeout=3600) as r:
-            r.read()
-            return r.status
+            return r.status, answer_of(path, json.loads(r.read()))
     except urllib.error.HTTPError as e:
         print(f"  {path}: {e.code} {e.read()[:300]!r}", flush=True)
-        return e.code
+        return e.code, ""
+
+
+def answer_of(path: str, reply: dict) -> str:
+    """What the answer says, whichever route gave it: texts and calls (their ids left out, which
+    each server draws), as one JSON text."""
+    if path.endswith("/responses"):
+        parts = [[o.get("type"), o.get("name"), o.get("arguments"), [c.get("text") for c in o.get("content") or []]]
+                 for o in reply.get("output", [])]
+    elif path.endswith("/messages"):
+        parts = [[b.get("type"), b.get("text"), b.get("name"), b.get("input")] for b in reply.get("content", [])]
+    else:
+        message = reply["choices"][0]["message"]
+        parts = [message.get("content"), [[c["function"]["name"], c["function"]["arguments"]]
+                                          for c in message.get("tool_calls") or []]]
+    return json.dumps(parts, ensure_ascii=False)
 
 
 def replay(url: str, session: list[dict], cap: int) -> list[dict]:
     turns = []
     for request in session:
         before, began = counters(url), time.perf_counter()
-        status = send(url, request["path"], request["body"], cap)
+        status, answer = send(url, request["path"], request["body"], cap)
         seconds = time.perf_counter() - began
         after = counters(url)
-        turns.append({"status": status, "seconds": seconds, **{k: after[k] - before[k] for k in COUNTERS}})
+        turns.append({"status": status, "seconds": seconds, "answer": answer,
+                      **{k: after[k] - before[k] for k in COUNTERS}})
     return turns
 
 
@@ -114,6 +134,15 @@ def summary(turns: list[dict]) -> str:
             f"decodes {total['decodes']:.0f}, accepted/drafted {total['accepted']:.0f}/{total['drafted']:.0f}")
 
 
+def same_text(runs: list[dict], system: str) -> str:
+    """How many of the system's answers (first run) are the reference's, turn by turn."""
+    first = {r["system"]: r["turns"] for r in runs if r["repeat"] == 0}
+    if system == REFERENCE or REFERENCE not in first:
+        return ""
+    same = [i for i, (a, b) in enumerate(zip(first[system], first[REFERENCE])) if a["answer"] == b["answer"]]
+    return f"; {REFERENCE}'s text on {len(same)}/{len(first[system])} turns"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("llama_server")
@@ -122,7 +151,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--n-ctx", type=int, default=32768)
     parser.add_argument("--max-tokens", type=int, default=512, help="the most tokens a turn's answer may have")
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"of {', '.join(SYSTEMS)}")
     parser.add_argument("--json")
     args = parser.parse_args()
     with open(args.session, encoding="utf-8") as f:
@@ -144,7 +173,8 @@ def main() -> None:
             record["runs"].append({"system": system, "repeat": repeat, "turns": turns})
     for system in systems:
         walls = [sum(t["seconds"] for t in r["turns"]) for r in record["runs"] if r["system"] == system]
-        print(f"{system:24s} walls {', '.join(f'{w:.1f}' for w in walls)} s, median {statistics.median(walls):.1f}")
+        print(f"{system:24s} walls {', '.join(f'{w:.1f}' for w in walls)} s, median {statistics.median(walls):.1f}"
+              f"{same_text(record['runs'], system)}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
