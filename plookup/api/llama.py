@@ -263,7 +263,7 @@ class Llama(Readings, Views):
         if len(tokens) >= self._n_ctx:
             return  # prompt + output <= n_ctx, as llama_cpp caps it: no room for a token
         randomly = sampling["temp"] != 0  # llama_cpp: < 0 samples too
-        call.generation = self._engine.admit(tokens, call, sampler, randomly, stopping_criteria)
+        call.generation = self._engine.wait_for_slot(tokens, call, sampler, randomly, stopping_criteria)
         yield from handed_over(call, self._engine.tokens(call.generation))
 
     # -- many prompts at once

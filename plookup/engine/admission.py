@@ -1,6 +1,6 @@
 """Admission and release: requests onto slots, and slots back, by whoever holds the context.
 
-A request waits (:meth:`Admission.admit`) until a free slot is handed to it: the one whose cells
+A request waits (:meth:`Admission.wait_for_slot`) until a free slot is handed to it: the one whose cells
 share the longest prefix with its prompt, which is written into the slot's buffer then, the
 generation's one copy of it (its drafter indexes it there). Its consumer takes its tokens
 (:meth:`Admission.tokens`), stepping the engine whenever none is waiting, and gives it back when
@@ -35,7 +35,7 @@ class Admission(Turns):
     def active(self) -> int:
         return sum(slot.generation is not None for slot in self.slots)
 
-    def admit(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
+    def wait_for_slot(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
         """Queue the request and wait for a slot: the free one whose cells share the longest prefix
         with `prompt` (editors resend the same file every turn). That prefix is kept, the rest is
         prefilled in the steps to come."""

@@ -60,8 +60,8 @@ class Engine:
 
     # -- what plookup.Llama calls, each the admission's (see there)
 
-    def admit(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
-        return self.admission.admit(prompt, call, sampler, randomly, stopping_criteria)
+    def wait_for_slot(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
+        return self.admission.wait_for_slot(prompt, call, sampler, randomly, stopping_criteria)
 
     def tokens(self, gen: Generation) -> Iterator[int]:
         return self.admission.tokens(gen)

@@ -126,7 +126,7 @@ def admitted(cached: list[list[int]], prompt: list[int]):
     slots = [slot_holding(i, tokens, context) for i, tokens in enumerate(cached)]
     drafter = Drafter()
     admission = Admission(context, slots, Chains(), SimpleNamespace(drafter=drafter), step=lambda: None)
-    gen = admission.admit(prompt, call(), sampler=None, randomly=False, stopping_criteria=None)
+    gen = admission.wait_for_slot(prompt, call(), sampler=None, randomly=False, stopping_criteria=None)
     return gen, slots, context
 
 
@@ -340,7 +340,7 @@ def test_each_step_writes_the_emitted_tokens_once_and_the_drafter_reads_them_the
     prompt = COPYING[:15]
     admission, step, slot, target = one_slot_engine(COPYING)
     step.trace = trace = Buffered(slot, COPYING)
-    gen = admission.admit(prompt, call(max_tokens=40), target, randomly=False, stopping_criteria=None)
+    gen = admission.wait_for_slot(prompt, call(max_tokens=40), target, randomly=False, stopping_criteria=None)
     assert slot.tokens[:15].tolist() == prompt and (slot.tokens[15:] == SENTINEL).all()  # admission wrote the prompt
     tokens = admission.tokens(gen)
     out = list(itertools.islice(tokens, 40))  # as llama_cpp's completion takes max_tokens
@@ -358,7 +358,7 @@ def test_where_the_context_is_exactly_full_the_newest_token_is_the_buffers_last(
     prompt = COPYING[:10]
     admission, step, slot, target = one_slot_engine(COPYING, n_ctx)
     step.trace = trace = Buffered(slot, COPYING)
-    gen = admission.admit(prompt, call(), target, randomly=False, stopping_criteria=None)
+    gen = admission.wait_for_slot(prompt, call(), target, randomly=False, stopping_criteria=None)
     out = list(admission.tokens(gen))  # until the context is full
     assert out == COPYING[10:n_ctx] and trace.problems == []
     assert gen.call.stats.accepted > 0 and slot.n <= n_ctx - 1
@@ -376,9 +376,9 @@ def test_slot_0s_drafter_starts_over_where_another_drafter_or_llama_cpp_wrote_it
     def stale_or_fresh(write_other):
         admission, _, slot, _ = one_slot_engine([])
         drafter = admission.model.drafter
-        admission.release(admission.admit(first, call(), None, randomly=False, stopping_criteria=None))
+        admission.release(admission.wait_for_slot(first, call(), None, randomly=False, stopping_criteria=None))
         write_other(admission, slot)
-        gen = admission.admit(again, call(), None, randomly=False, stopping_criteria=None)
+        gen = admission.wait_for_slot(again, call(), None, randomly=False, stopping_criteria=None)
         assert gen.drafter is drafter and drafter.index.tokens.tolist() == again
         fresh = SuffixIndex()
         fresh.extend(again)
@@ -387,7 +387,7 @@ def test_slot_0s_drafter_starts_over_where_another_drafter_or_llama_cpp_wrote_it
     def another_drafter(admission, slot):
         own = admission.model.drafter
         admission.model.drafter = SuffixDrafter()
-        admission.release(admission.admit(other, call(), None, randomly=False, stopping_criteria=None))
+        admission.release(admission.wait_for_slot(other, call(), None, randomly=False, stopping_criteria=None))
         admission.model.drafter = own
 
     def llama_cpps_eval(admission, slot):  # what plookup.Llama's eval does before llama_cpp's

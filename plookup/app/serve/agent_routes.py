@@ -152,5 +152,5 @@ def add_agent_routes(app: FastAPI, service) -> None:
     async def count_tokens(body: messages_api.MessagesRequest):
         chat = converted(messages_api.to_chat, body)
         shape = MessagesShape(chat, service.llm, service.model_name, body.model)
-        await service.admit(chat, "create_chat_completion", shape)
+        await service.check_request(chat, "create_chat_completion", shape)
         return {"input_tokens": len(shape.prompt)}

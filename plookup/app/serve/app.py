@@ -142,7 +142,7 @@ async def watch_disconnect(request: Request, gone: threading.Event) -> None:
 
 
 class Service:
-    """What the routes do with one model: admit a request (the checks that need no model time),
+    """What the routes do with one model: check a request (the checks that need no model time),
     run it through the gate, and account for it from its own stats."""
 
     def __init__(self, llm: Llama, model_name: str, limits: Limits, metrics: Metrics, keyed: bool = False,
@@ -226,7 +226,7 @@ class Service:
             kwargs["messages"] = folded
             return self.probe.prompt(create_name, kwargs)
 
-    async def admit(self, body, create_name: str, shape: Shape) -> tuple[dict, Optional[dict]]:
+    async def check_request(self, body, create_name: str, shape: Shape) -> tuple[dict, Optional[dict]]:
         """(create_* keyword arguments, prediction) of a request that passed every check that
         needs no model time, its prompt's length included (measured into `shape`)."""
         kwargs, prediction = self.arguments(body, shape)
@@ -244,7 +244,7 @@ class Service:
         """`shape`: what the route adds to the request and how it shapes the answer (default:
         OpenAI's, with the llama-server fields the /v1 routes take)."""
         shape = shape or Shape(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
-        kwargs, prediction = await self.admit(body, create_name, shape)
+        kwargs, prediction = await self.check_request(body, create_name, shape)
         create = getattr(self.llm, create_name)
         memory = self.memory_of(request, body)
 
@@ -266,17 +266,17 @@ class Service:
 
     async def respond_each(self, request: Request, body: CompletionRequest, prompts: list) -> dict:
         """A completion of several prompts (not streamed), one choice each, as OpenAI answers: every
-        prompt admitted before any work, then generated one after another on one slot, as one
+        prompt checked before any work, then generated one after another on one slot, as one
         request (its stats and prediction accounting count them all)."""
         shapes = [Shape(body, self.llm, self.model_name) for _ in prompts]
-        admitted = [await self.admit(body.model_copy(update={"prompt": p}), "create_completion", shape)
+        checked = [await self.check_request(body.model_copy(update={"prompt": p}), "create_completion", shape)
                     for p, shape in zip(prompts, shapes)]
-        prediction = admitted[0][1]
+        prediction = checked[0][1]
         memory = self.memory_of(request, body)
 
         def each(call):
             call.memory = memory
-            return [shape.run(self.llm.create_completion, kwargs, call) for shape, (kwargs, _) in zip(shapes, admitted)]
+            return [shape.run(self.llm.create_completion, kwargs, call) for shape, (kwargs, _) in zip(shapes, checked)]
 
         call, results = await self.through_gate(request, body, each, prediction)
         result = merge_completions(results)
