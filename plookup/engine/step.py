@@ -42,10 +42,9 @@ AHEAD = 48
 
 
 class Piece(NamedTuple):
-    """One owner's rows in a step's batch, together."""
+    """One slot's rows in a step's batch, together."""
 
-    owner: Any  # the Generation the rows advance (a gap filler's: its idle Slot)
-    what: Any  # a decoding generation's Draft, a prefilling one's prompt chunk; a filler's None
+    slot: Any  # the Slot whose sequence they are on: a stepped generation's, or an idle one's (a gap filler)
     rows: list  # (token, position, sequences) each
     logits: list[bool]  # per row: its logits are read
 
@@ -89,12 +88,12 @@ class Step:
         n_batch = self.context.n_batch
         fillers = self._fillers(decoding + prefilling) if self.streams else []
         drafts = self._drafts(decoding, prefilling, fillers)
-        parts = [self._draft_rows(gen, draft) for gen, draft in zip(decoding, drafts)]
-        chunks = self._chunk_rows(prefilling, n_batch - sum(len(part.rows) for part in parts))
-        stepped = [piece.owner for piece in parts + chunks]
-        if sum(len(piece.rows) for piece in parts + chunks) + len(fillers) > n_batch:
+        verifying = [self._draft_rows(gen, draft) for gen, draft in zip(decoding, drafts)]
+        chunks = self._chunk_rows(prefilling, n_batch - sum(len(piece.rows) for piece in verifying))
+        stepped = decoding + prefilling[: len(chunks)]  # (the prompt chunks go first come first)
+        if sum(len(piece.rows) for piece in verifying + chunks) + len(fillers) > n_batch:
             fillers = []  # a full batch is a prompt chunk's: a pass more or less is little beside it
-        rows, logits, starts = batch(parts + chunks + fillers)
+        rows, logits, starts = batch(verifying + chunks + fillers)
         self._note_shared(stepped)
         self.context.fill(rows, logits)
         decoding_began = time.perf_counter()
@@ -103,15 +102,15 @@ class Step:
                 return
         finally:
             for filler in fillers:
-                self.context.roll_back(filler.owner.seq, filler.owner.n)
+                self.context.roll_back(filler.slot.seq, filler.slot.n)
         decoded = time.perf_counter()
-        accepted = [self.verdicts.verdict(part.owner, part.what, start) for part, start in zip(parts, starts)]
-        for chunk, start in zip(chunks, starts[len(parts):]):
-            self._take_chunk(chunk.owner, start, chunk.what)
+        accepted = [self.verdicts.verdict(gen, draft, start) for gen, draft, start in zip(decoding, drafts, starts)]
+        for gen, chunk, start in zip(prefilling, chunks, starts[len(verifying):]):
+            self._take_chunk(gen, start, len(chunk.rows))
         if self.trace is not None:
             self.trace.append(StepRecord(began, decoding_began - began, decoded - decoding_began,
                                          time.perf_counter() - decoded, len(rows), [len(d) for d in drafts],
-                                         accepted, sum(len(chunk.what) for chunk in chunks)))
+                                         accepted, sum(len(chunk.rows) for chunk in chunks)))
 
     def room(self, slot: Slot) -> int:
         """Draft tokens that fit behind the slot's pending token (:func:`plookup.draft.sizing.room`); < 0: full."""
@@ -158,7 +157,7 @@ class Step:
         if draft.branch is not None:
             assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
             self.context.copy(slot.seq, slot.branch_seq)  # the branches share the whole prefix
-        return Piece(gen, draft, new, [True] * len(new))
+        return Piece(slot, new, [True] * len(new))
 
     def _chunk_rows(self, prefilling: list[Generation], budget: int) -> list[Piece]:
         """Prompt chunks in the `budget` rows the batch has left, first come first, with logits
@@ -173,7 +172,7 @@ class Step:
             if gen.call.last_token_alone and slot.n < end - 1:
                 end -= 1  # the last token in a pass of its own, as a repeat that found the rest cached
             chunk = slot.tokens[slot.n : min(slot.n + budget, end)].tolist()
-            chunks.append(Piece(gen, chunk, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
+            chunks.append(Piece(slot, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
             budget -= len(chunk)
         return chunks
 
@@ -193,7 +192,7 @@ class Step:
         for seq in fillers_worth_adding(sorted(busy), sorted(idle), self.model.drafter.policy.cost):
             slot = idle[seq]
             token = int(slot.tokens[slot.n - 1]) if slot.n > 0 else 0
-            fillers.append(Piece(slot, None, sequence_rows([token], slot.n, slot.seq), [False]))
+            fillers.append(Piece(slot, sequence_rows([token], slot.n, slot.seq), [False]))
         return fillers
 
     def _note_shared(self, stepped: list[Generation]) -> None:
@@ -227,7 +226,7 @@ class Step:
             chances = [gen.call.speculative.cut(p) for gen, (_, p) in zip(decoding, offers)]
             cost = model.drafter.policy.cost
             if self.streams:  # the step's other rows, each one row, where the split puts them
-                fixed = [gen.slot.seq for gen in prefilling] + [piece.owner.seq for piece in fillers]
+                fixed = [gen.slot.seq for gen in prefilling] + [piece.slot.seq for piece in fillers]
                 lengths = size_streams(chances, cost, n_batch, [gen.slot.seq for gen in decoding], fixed)
             else:
                 lengths = size_batch(chances, cost, n_batch - reserve)
@@ -258,14 +257,14 @@ class Step:
 
     # -- prompt chunks in
 
-    def _take_chunk(self, gen: Generation, start: int, chunk) -> None:
-        """A prompt chunk is in the cells (its tokens already in the buffer); after the prompt's
-        last one, its first token."""
+    def _take_chunk(self, gen: Generation, start: int, n: int) -> None:
+        """A prompt chunk of `n` tokens is in the cells (its tokens already in the buffer); after
+        the prompt's last one, its first token."""
         slot = gen.slot
-        slot.n += len(chunk)
+        slot.n += n
         if slot.n == gen.prompt_length:
             try:
-                self.verdicts.first_token(gen, start + len(chunk) - 1)
+                self.verdicts.first_token(gen, start + n - 1)
             except Exception as e:
                 fail(self.context, gen, e)
 

@@ -21,8 +21,8 @@ from plookup.verify.rows import sequence_rows
 CPU = np.array([1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.4])
 
 
-def piece(owner, seq, tokens, n_past=0):
-    return Piece(owner, None, sequence_rows(tokens, n_past, seq), [True] * len(tokens))
+def piece(slot, seq, tokens, n_past=0):
+    return Piece(slot, sequence_rows(tokens, n_past, seq), [True] * len(tokens))
 
 
 def test_rows_go_in_sequence_order_and_each_piece_knows_its_first_row():
@@ -115,7 +115,7 @@ def stepped(*seqs):
 def test_idle_slots_get_a_filler_behind_their_cells():
     engine = fake_engine([3, 4, 0, 2, 5])
     fillers = engine._fillers(stepped(0, 3))  # 4 rows 1.6 against 1 + 1
-    assert [(slot.seq, rows) for slot, _, rows, _ in fillers] == [(1, [(103, 4, (1,))]), (2, [(0, 0, (2,))])]
+    assert [(slot.seq, rows) for slot, rows, _ in fillers] == [(1, [(103, 4, (1,))]), (2, [(0, 0, (2,))])]
     assert all(logits == [False] for *_, logits in fillers)  # nothing read from them
     assert engine._fillers(stepped(1, 2, 3)) == []  # consecutive, on a rising curve: nothing
     assert engine._fillers(stepped(4)) == []
