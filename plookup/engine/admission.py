@@ -23,11 +23,11 @@ class Admission(Turns):
     :class:`~plookup.engine.handle.ContextHandle`: roll-backs, the cells a prefix shift moves).
     `chains`: the backend greedy chains attached to the slots' sequences; `model`: the model's
     drafting side, read at each admission (its ``drafter``, which the slots' drafters are spawned
-    from); `step()`: one step of the engine, made by a consumer waiting for tokens."""
+    from); `run_step()`: one step of the engine, made by a consumer waiting for tokens."""
 
-    def __init__(self, context, slots: list[Slot], chains, model, step: Callable[[], None]):
+    def __init__(self, context, slots: list[Slot], chains, model, run_step: Callable[[], None]):
         super().__init__()  # the context's lock and queues
-        self.context, self.slots, self.chains, self.model, self.step = context, slots, chains, model, step
+        self.context, self.slots, self.chains, self.model, self.run_step = context, slots, chains, model, run_step
         # llama-server's --cache-reuse: the shortest cached chunk shifted into place for a request
         # that does not say (0: the common prefix only); where the memory can shift at all.
         self.cache_reuse = 0
@@ -206,7 +206,7 @@ class Admission(Turns):
         try:
             while True:
                 if not gen.out:
-                    self._wait(lambda: bool(gen.out) or gen.done, self.step)
+                    self._wait(lambda: bool(gen.out) or gen.done, self.run_step)
                     if not gen.out:
                         if gen.error is not None:
                             raise gen.error

@@ -1,12 +1,13 @@
 """The engine: one llama_context, N slots, one ``llama_decode`` per step for every generation.
 
-It is composed of parts, one job each, that it owns and wires together, each testable alone
-(tests/unit/test_engine_parts.py): the context handle, the one place that calls llama.cpp
-(:class:`~.handle.ContextHandle`, its ``roll_back`` the one roll-back of a sequence); requests onto
-slots and back, taking turns on the context (:class:`~.admission.Admission` over
-:class:`~.turns.Turns`); the step that advances them all (:class:`~.step.Step`); each generation's
-verdict on its rows (:class:`~.verdicts.Verdicts`). Here: the slots they share, what only the whole
-engine can do (:meth:`Engine.evaluate_afresh`), and the engine's surface for ``plookup.Llama``.
+It is composed of parts, one job each, each testable alone (tests/unit/test_engine_parts.py): the
+context handle, the one place that calls llama.cpp (:class:`~.handle.ContextHandle`, its
+``roll_back`` the one roll-back of a sequence); the step that advances every generation
+(:class:`~.step.Step`); each generation's verdict on its rows (:class:`~.verdicts.Verdicts`). The
+engine is itself the third part, requests onto slots and back, taking turns on the context
+(:class:`~.admission.Admission` over :class:`~.turns.Turns`): what ``plookup.Llama`` calls is
+Admission's. Here: the slots the parts share, the parts wired over them, and what only the whole
+engine can do (:meth:`Engine.evaluate_afresh`).
 
 Exactness: a generation that never shared a step or the cache with another sequence is decoded
 as a lone stream is. One that did is claimed exact only where ``shared_exact`` says the layout
@@ -18,20 +19,21 @@ unified cache its cells interleave with the others' and its rows round different
 from __future__ import annotations
 
 import warnings
-from typing import ContextManager, Iterator
 
 from ..verify.accept import accept
 from .admission import Admission
 from .handle import ContextHandle
-from .slot import Cells, Generation, Slot, attribute_of
+from .slot import Cells, Slot, attribute_of
 from .step import Step, StepRecord
 from .verdicts import Verdicts, fail
 
 __all__ = ["Engine", "StepRecord"]
 
 
-class Engine:
-    """The slots of one ``plookup.Llama`` and the step that advances them all."""
+class Engine(Admission):
+    """The slots of one ``plookup.Llama`` and the step that advances them all. What
+    ``plookup.Llama`` calls (wait_for_slot, tokens, exclusive, forget, rewritten, active,
+    cache_reuse) is the engine's admission, which the engine is: :class:`~.admission.Admission`."""
 
     def __init__(self, context: ContextHandle, cells, model, n_slots: int, branch_sequences: bool = True,
                  shared_exact: bool = False, streams: bool = False):
@@ -45,49 +47,21 @@ class Engine:
         other slots' are bitwise its lone decode here (measured:
         :func:`plookup.measure.exactness.probe_slots`). `streams`: each slot's sequence has a KV
         stream of its own (see :mod:`plookup.draft.sizing`)."""
-        self.context, self.model = context, model
         size = len(cells.tokens)
         # Slot i decodes on sequence i and verifies a draft's second branch on sequence n_slots + i.
         branch = (lambda i: n_slots + i) if branch_sequences else (lambda i: -1)
-        self.slots = [Slot(0, 0, branch(0), cells)]
-        self.slots += [Slot(i, i, branch(i), Cells(size)) for i in range(1, n_slots)]
+        slots = [Slot(0, 0, branch(0), cells)]
+        slots += [Slot(i, i, branch(i), Cells(size)) for i in range(1, n_slots)]
+        self.verdicts = Verdicts(context, accept, self.evaluate_afresh)
+        self.step = Step(context, slots, self.verdicts, model, streams, shared_exact)
         # Backend greedy chains on the slots whose latest generation sampled with them (attaching
         # or detaching costs a graph reserve: see plookup.verify.backend).
-        self.chains = context.backend_chains()
-        self.verdicts = Verdicts(context, accept, self.evaluate_afresh)
-        self.step = Step(context, self.slots, self.verdicts, model, streams, shared_exact)
-        self.admission = Admission(context, self.slots, self.chains, model, self.step.run)
+        super().__init__(context, slots, context.backend_chains(), model, self.step.run)
 
-    # -- what plookup.Llama calls, each the admission's (see there)
-
-    def wait_for_slot(self, prompt: list[int], call, sampler, randomly: bool, stopping_criteria) -> Generation:
-        return self.admission.wait_for_slot(prompt, call, sampler, randomly, stopping_criteria)
-
-    def tokens(self, gen: Generation) -> Iterator[int]:
-        return self.admission.tokens(gen)
-
-    def exclusive(self) -> ContextManager[None]:
-        return self.admission.exclusive()
-
-    def forget(self) -> None:
-        self.admission.forget()
-
-    def rewritten(self) -> None:
-        self.admission.rewritten()
-
-    def active(self) -> int:
-        return self.admission.active()
-
-    accept = attribute_of("verdicts", "accept", "The acceptance rule (a pure function, plookup.verify.accept).")
     trace = attribute_of("step", "trace", "None, or a list every step appends its StepRecord to.")
     steps = attribute_of("step", "steps", "Decodes made (what /metrics reports).")
     rows = attribute_of("step", "rows", "... and their rows.")
     shared_exact = attribute_of("step", "shared_exact", "A slot's rows beside other slots' are its lone decode here.")
-    cache_reuse = attribute_of("admission", "cache_reuse", "llama-server's --cache-reuse where a request does not say.")
-
-    @property
-    def memory(self):
-        return self.context.memory
 
     def evaluate_afresh(self, slot: Slot, n: int) -> None:
         """The memory refused to drop rejected draft tokens: never go on with them in it. Warn,

@@ -177,7 +177,7 @@ def penalised_run(plain, smol, monkeypatch, leak):
     reference, gaps = chain_greedy(plain, prompt, 40, **PENALTY)
     monkeypatch.setattr(smol, "drafter", Scripted(len(prompt), reference))
     if leak:
-        monkeypatch.setattr(smol._engine, "accept", leaky(smol))
+        monkeypatch.setattr(smol._engine.verdicts, "accept", leaky(smol))
     tokens = list(itertools.islice(smol.generate(prompt, temp=0.0, **PENALTY), len(reference)))
     stats = smol.last_stats
     assert stats.drafted - stats.accepted >= 8  # rejected draft tokens, each the model's text 2 tokens on

@@ -304,6 +304,6 @@ def test_a_slot_between_two_decoding_ones_gets_a_throwaway_row(parallel_smol, re
     filled = len(fillers_worth_adding([0, 2], [1, 3], llm.drafter.policy.cost))
     assert steps and all(s.rows == sum(d + 1 for d in s.drafted) + filled for s in steps)
     assert engine.slots[1].n == cells > 0
-    pos_max = [llama_cpp.llama_memory_seq_pos_max(engine.memory, s.seq) for s in engine.slots]
+    pos_max = [llama_cpp.llama_memory_seq_pos_max(engine.context.memory, s.seq) for s in engine.slots]
     assert pos_max == [s.n - 1 for s in engine.slots]  # every throwaway row was dropped
     check_against_plain([prompts[0], prompts[2]], [refs[0], refs[2]], [out[0], out[2]])

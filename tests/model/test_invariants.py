@@ -169,7 +169,7 @@ class CellCheck(list):
         for drafted, accepted in zip(record.drafted, record.accepted):
             if drafted:
                 self.kinds["all accepted" if accepted == drafted else "part rejected"] += 1
-        memory = self.llm._engine.memory
+        memory = self.llm._engine.context.memory
         for slot in self.llm._engine.slots:
             cells = (llama_cpp.llama_memory_seq_pos_min(memory, slot.seq),
                      llama_cpp.llama_memory_seq_pos_max(memory, slot.seq))
@@ -308,7 +308,7 @@ def test_logprobs_are_plain_decodings_token_by_token(llm, reference, monkeypatch
     print(f"max |Δlogprob| vs plain: {max(d for d, _ in differences):.3g}")
     assert all(same for _, same in differences) and max(d for d, _ in differences) <= BOUND, differences
 
-    monkeypatch.setattr(llm._engine, "accept", one_row_late)
+    monkeypatch.setattr(llm._engine.verdicts, "accept", one_row_late)
     late = token_differences(logprobs(llm, prediction=PARTLY_RIGHT), plain)
     assert not all(same for _, same in late) and max(d for d, _ in late) > 3 * BOUND, late
 

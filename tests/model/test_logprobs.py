@@ -112,7 +112,7 @@ def test_completion_logprobs_are_plain_decodings_rows(reference, smol, monkeypat
     assert_plains(listing(got), listing(plain))
     print(f"max |Δlogprob| vs plain: {difference(listing(got), listing(plain)):.3g}")
 
-    monkeypatch.setattr(smol._engine, "accept", off_by_one)
+    monkeypatch.setattr(smol._engine.verdicts, "accept", off_by_one)
     wrong, stats = ask()
     assert stats.accepted > 0
     assert difference(listing(wrong), listing(plain)) > OFF_BY_ONE

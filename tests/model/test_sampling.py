@@ -71,7 +71,7 @@ BROKEN_SAMPLES = N_SAMPLES // 4
 def test_broken_acceptance_rule_fails_the_same_test(model_path, model_pair):
     name, plain, _ = model_pair
     broken = plookup.Llama(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
-    broken._engine.accept = accept_everything
+    broken._engine.verdicts.accept = accept_everything
     expected = plain_counts(name, plain, "temp1")
     got = first_tokens(broken, range(10**6, 10**6 + BROKEN_SAMPLES), **SETTINGS["temp1"])
     assert homogeneity_p_value(expected, got) < 0.001

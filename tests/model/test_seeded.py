@@ -72,6 +72,6 @@ def test_control_a_sampler_whose_randomness_drafting_consumes_loses_the_seed(rem
             sample(row)  # a draw for each drafted row, emitted or not
         return real(draft, sample, stop, branch)
 
-    monkeypatch.setattr(remembering._engine, "accept", consuming)
+    monkeypatch.setattr(remembering._engine.verdicts, "accept", consuming)
     texts, drafted = repeats(remembering, 2)
     assert sum(drafted[:2]) > 0 and texts[1] != texts[2]

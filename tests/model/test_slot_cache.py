@@ -186,7 +186,7 @@ def test_the_row_after_the_cache_is_a_fresh_decodes_bitwise(model_path):
         return row
 
     got = []
-    spec._engine.admission._wait_for(lambda: got.append(next_row()))
+    spec._engine._wait_for(lambda: got.append(next_row()))
     plain.reset()
     plain.eval(prompt)
     for token in [*cached[len(prompt):], probe]:  # one at a time, as llama_cpp's generate decodes

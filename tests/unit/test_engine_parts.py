@@ -125,7 +125,7 @@ def admitted(cached: list[list[int]], prompt: list[int]):
     context = FakeContext()
     slots = [slot_holding(i, tokens, context) for i, tokens in enumerate(cached)]
     drafter = Drafter()
-    admission = Admission(context, slots, Chains(), SimpleNamespace(drafter=drafter), step=lambda: None)
+    admission = Admission(context, slots, Chains(), SimpleNamespace(drafter=drafter), run_step=lambda: None)
     gen = admission.wait_for_slot(prompt, call(), sampler=None, randomly=False, stopping_criteria=None)
     return gen, slots, context
 
