@@ -1,12 +1,13 @@
-"""The step: rows in, one ``llama_decode``, verdicts out.
+"""One step of every generation, read top to bottom in :meth:`Step.run`: gather the generations
+that want tokens; draft for the decoding ones; their rows (the pending token and the draft), then
+the prefilling ones' prompt chunks in the rows left; one ``llama_decode``; each decoding one's
+verdict (:mod:`.verdicts`: accepted tokens out, rejected ones rolled back); the chunks taken in.
 
-A step gathers, for every generation that wants tokens, its rows: a decoding generation's pending
-token and draft (:func:`plookup.verify.rows.verify_rows`, on its own sequence), and a prefilling one's
-next chunk of prompt, read from its slot's buffer (logits at the chunk's last row only, as
-llama_cpp's ``eval`` asks; a chunk decoded only advances the slot's cells). One decode; then
-:func:`plookup.verify.accept.accept` judges each generation's rows (:mod:`.verdicts`), each one's
-rejected draft tokens leave its own sequence, and the tokens it emits wait in its ``out`` queue for
-its consumer.
+Rows: a decoding generation's pending token and draft (:func:`plookup.verify.rows.verify_rows`, on
+its own sequence, logits at each), a prefilling one's next chunk of prompt, read from its slot's
+buffer (logits at the chunk's last row only, as llama_cpp's ``eval`` asks; a chunk decoded only
+advances the slot's cells, and after the prompt's last one gives its first token). The tokens a
+generation emits wait in its ``out`` queue for its consumer.
 
 Drafts: a lone decoding generation drafts with its policy as a single stream does (a second branch
 included where the context has branch sequences); several are sized together for the step's cost
@@ -81,13 +82,16 @@ class Step:
 
     def run(self) -> None:
         """One step: every generation that wants tokens, in one decode."""
+        # who steps (one cancelled, or whose context is full, ends here)
         decoding, prefilling = self._gather()
         if not decoding and not prefilling:
             return
         began = time.perf_counter()
         n_batch = self.context.n_batch
+        # the drafts, sized for the step's cost with its other rows (idle slots' throwaway rows included)
         fillers = self._fillers(decoding + prefilling) if self.streams else []
         drafts = self._drafts(decoding, prefilling, fillers)
+        # the rows: each draft behind its pending token, then prompt chunks in the rows left
         verifying = [self._draft_rows(gen, draft) for gen, draft in zip(decoding, drafts)]
         chunks = self._chunk_rows(prefilling, n_batch - sum(len(piece.rows) for piece in verifying))
         stepped = decoding + prefilling[: len(chunks)]  # (the prompt chunks go first come first)
@@ -95,6 +99,7 @@ class Step:
             fillers = []  # a full batch is a prompt chunk's: a pass more or less is little beside it
         rows, logits, starts = batch(verifying + chunks + fillers)
         self._note_shared(stepped)
+        # one decode; the fillers' rows leave the cache whatever it did
         self.context.fill(rows, logits)
         decoding_began = time.perf_counter()
         try:
@@ -104,6 +109,7 @@ class Step:
             for filler in fillers:
                 self.context.roll_back(filler.slot.seq, filler.slot.n)
         decoded = time.perf_counter()
+        # the verdicts: accepted tokens out, rejected ones rolled back; then the prompt chunks in
         accepted = [self.verdicts.verdict(gen, draft, start) for gen, draft, start in zip(decoding, drafts, starts)]
         for gen, chunk, start in zip(prefilling, chunks, starts[len(verifying):]):
             self._take_chunk(gen, start, len(chunk.rows))
@@ -116,7 +122,7 @@ class Step:
         """Draft tokens that fit behind the slot's pending token (:func:`plookup.draft.sizing.room`); < 0: full."""
         return room(self.context.n_ctx, slot.n)
 
-    # -- rows in
+    # -- who steps
 
     def _wants(self, gen: Generation) -> bool:
         if gen.done:
@@ -150,31 +156,7 @@ class Step:
                 decoding.append(gen)
         return decoding, prefilling
 
-    def _draft_rows(self, gen: Generation, draft: Draft) -> Piece:
-        """The generation's pending token and draft as rows, with logits at each."""
-        slot = gen.slot
-        new = verify_rows(gen.pending, draft.tokens, draft.branch, slot.n, (slot.seq, slot.branch_seq))
-        if draft.branch is not None:
-            assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
-            self.context.copy(slot.seq, slot.branch_seq)  # the branches share the whole prefix
-        return Piece(slot, new, [True] * len(new))
-
-    def _chunk_rows(self, prefilling: list[Generation], budget: int) -> list[Piece]:
-        """Prompt chunks in the `budget` rows the batch has left, first come first, with logits
-        at each chunk's last row (a call's ``last_token_alone``: the last prompt token's chunk is
-        that token alone)."""
-        chunks = []
-        for gen in prefilling:
-            if budget <= 0:
-                break
-            slot = gen.slot
-            end = gen.prompt_length
-            if gen.call.last_token_alone and slot.n < end - 1:
-                end -= 1  # the last token in a pass of its own, as a repeat that found the rest cached
-            chunk = slot.tokens[slot.n : min(slot.n + budget, end)].tolist()
-            chunks.append(Piece(slot, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
-            budget -= len(chunk)
-        return chunks
+    # -- the drafts
 
     def _fillers(self, stepping: list[Generation]) -> list[Piece]:
         """With a KV stream per slot, llama.cpp passes over the weights once per run of consecutive
@@ -194,14 +176,6 @@ class Step:
             token = int(slot.tokens[slot.n - 1]) if slot.n > 0 else 0
             fillers.append(Piece(slot, sequence_rows([token], slot.n, slot.seq), [False]))
         return fillers
-
-    def _note_shared(self, stepped: list[Generation]) -> None:
-        """Generations that share a step, or the cache, with another sequence are no lone decode:
-        no exactness claim, unless the layout keeps their rows so (``shared_exact``)."""
-        others = [s for s in self.slots if s.n > 0 and s.generation not in stepped]
-        if not self.shared_exact and (len(stepped) > 1 or others):
-            for gen in stepped:
-                gen.shared = True
 
     def _drafts(self, decoding: list[Generation], prefilling: list[Generation], fillers: list[Piece]) -> list[Draft]:
         """Each decoding generation's draft; a row each stays free for the prefilling ones' chunks,
@@ -239,6 +213,42 @@ class Step:
         left = None if gen.call.max_tokens is None else gen.call.max_tokens - gen.emitted
         return draft_limit(self.room(gen.slot), self.context.n_batch, n_decoding, reserve, left,
                            gen.call.speculative.n_max)
+
+    # -- the rows
+
+    def _draft_rows(self, gen: Generation, draft: Draft) -> Piece:
+        """The generation's pending token and draft as rows, with logits at each."""
+        slot = gen.slot
+        new = verify_rows(gen.pending, draft.tokens, draft.branch, slot.n, (slot.seq, slot.branch_seq))
+        if draft.branch is not None:
+            assert slot.branch_seq >= 0, "a draft with a branch on a context without branch sequences"
+            self.context.copy(slot.seq, slot.branch_seq)  # the branches share the whole prefix
+        return Piece(slot, new, [True] * len(new))
+
+    def _chunk_rows(self, prefilling: list[Generation], budget: int) -> list[Piece]:
+        """Prompt chunks in the `budget` rows the batch has left, first come first, with logits
+        at each chunk's last row (a call's ``last_token_alone``: the last prompt token's chunk is
+        that token alone)."""
+        chunks = []
+        for gen in prefilling:
+            if budget <= 0:
+                break
+            slot = gen.slot
+            end = gen.prompt_length
+            if gen.call.last_token_alone and slot.n < end - 1:
+                end -= 1  # the last token in a pass of its own, as a repeat that found the rest cached
+            chunk = slot.tokens[slot.n : min(slot.n + budget, end)].tolist()
+            chunks.append(Piece(slot, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
+            budget -= len(chunk)
+        return chunks
+
+    def _note_shared(self, stepped: list[Generation]) -> None:
+        """Generations that share a step, or the cache, with another sequence are no lone decode:
+        no exactness claim, unless the layout keeps their rows so (``shared_exact``)."""
+        others = [s for s in self.slots if s.n > 0 and s.generation not in stepped]
+        if not self.shared_exact and (len(stepped) > 1 or others):
+            for gen in stepped:
+                gen.shared = True
 
     # -- one decode
 
