@@ -42,14 +42,14 @@ from .prediction import prediction_usage
 from .sampling import engine_sampler, plain_tokens, seeded_where_drafts_show
 from .stats import SpecStats
 from .readings import Readings
-from .views import Views
+from .views import RunningCallView
 
 __all__ = ["Call", "Llama", "Stream"]
 
 COMPLETION = inspect.signature(llama_cpp.Llama.create_completion)
 
 
-class Llama(Readings, Views):
+class Llama(Readings, RunningCallView):
     """A drop-in ``llama_cpp.Llama`` that drafts from its own context and verifies in one batch.
 
     plookup's arguments (the README's "Usage" tells each in full):

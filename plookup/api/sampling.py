@@ -3,7 +3,7 @@
 llama.cpp's sampler chain; or, where drafting cannot be, by llama_cpp's own plain loop.
 
 **A seed gives the same text whatever was drafted.** A call samples with its own chain, built for
-the generation from the call's seed (:class:`plookup.api.views.Views` keeps the seed per call, so
+the generation from the call's seed (:class:`plookup.api.views.RunningCallView` keeps the seed per call, so
 calls on other slots never reseed it), and the acceptance rule (:func:`plookup.verify.accept.accept`)
 samples each emitted token's row exactly once, in order, and no other row: the k-th token is drawn
 with the chain's k-th random number, as in plain decoding, however many draft tokens were

@@ -14,7 +14,7 @@ from ..verify.greedy import logits_row
 from .call import current_call
 
 
-class Views(llama_cpp.Llama):
+class RunningCallView(llama_cpp.Llama):
     """The attributes and methods llama_cpp's completion code and chat handlers reach, answered
     for the running call; :class:`plookup.Llama` is one."""
 

@@ -4,7 +4,7 @@ Codex CLI's only wire) and Anthropic's Messages API (``/v1/messages``, Claude Co
 Each request becomes one chat request (:class:`.requests.ChatCompletionRequest`) by its module's
 ``to_chat`` (:mod:`.responses_api`, :mod:`.messages_api`), and goes the one admission path every
 chat goes (:meth:`.app.Service.respond`): the same checks, gate, tools, drafting and stats. Its
-shape turns OpenAI's chat answer, its calls already parsed (:mod:`.chat`), into the wire's own
+exchange turns OpenAI's chat answer, its calls already parsed (:mod:`.chat`), into the wire's own
 answer or events.
 """
 
@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from pydantic import ValidationError
 
 from . import messages_api, responses_api
-from .controls import Shape
+from .controls import Exchange
 from .errors import APIError, validation_message
 from .requests import ChatCompletionRequest
 
@@ -39,9 +39,9 @@ def converted(to_chat, request) -> ChatCompletionRequest:
         raise APIError(400, str(e)) from e
 
 
-class ConvertedShape(Shape):
-    """OpenAI's chat shape, its answer and events converted to another wire's. The stream's
-    finish reason is kept from its last chunk, for the closing events."""
+class ConvertedExchange(Exchange):
+    """A chat request's exchange, its OpenAI answer and events converted to another wire's.
+    The stream's finish reason is kept from its last chunk, for the closing events."""
 
     def __init__(self, chat: ChatCompletionRequest, llm, model_name: str):
         super().__init__(chat, llm, model_name)
@@ -60,7 +60,7 @@ class ConvertedShape(Shape):
                 "prompt_tokens_details": {"cached_tokens": self.timings(call)["cache_n"]}}
 
 
-class MessagesShape(ConvertedShape):
+class MessagesExchange(ConvertedExchange):
     """Anthropic's Message, or its stream's events."""
 
     def __init__(self, chat: ChatCompletionRequest, llm, model_name: str, asked_model: str):
@@ -95,7 +95,7 @@ class MessagesShape(ConvertedShape):
         return [messages_api.event("ping")]
 
 
-class ResponsesShape(ConvertedShape):
+class ResponsesExchange(ConvertedExchange):
     """OpenAI's Response, or its stream's events."""
 
     def __init__(self, chat: ChatCompletionRequest, llm, model_name: str, request: responses_api.ResponsesRequest):
@@ -137,7 +137,7 @@ def add_agent_routes(app: FastAPI, service) -> None:
     async def responses(request: Request, body: responses_api.ResponsesRequest):
         chat = converted(responses_api.to_chat, body)
         return await service.respond(request, chat, "create_chat_completion",
-                                     ResponsesShape(chat, service.llm, service.model_name, body))
+                                     ResponsesExchange(chat, service.llm, service.model_name, body))
 
     for path in ("/v1/responses", "/responses"):
         app.post(path)(responses)
@@ -146,11 +146,11 @@ def add_agent_routes(app: FastAPI, service) -> None:
     async def messages(request: Request, body: messages_api.MessagesRequest):
         chat = converted(messages_api.to_chat, body)
         return await service.respond(request, chat, "create_chat_completion",
-                                     MessagesShape(chat, service.llm, service.model_name, body.model))
+                                     MessagesExchange(chat, service.llm, service.model_name, body.model))
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(body: messages_api.MessagesRequest):
         chat = converted(messages_api.to_chat, body)
-        shape = MessagesShape(chat, service.llm, service.model_name, body.model)
-        await service.check_request(chat, "create_chat_completion", shape)
-        return {"input_tokens": len(shape.prompt)}
+        exchange = MessagesExchange(chat, service.llm, service.model_name, body.model)
+        await service.check_request(chat, "create_chat_completion", exchange)
+        return {"input_tokens": len(exchange.prompt)}

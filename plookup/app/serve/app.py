@@ -40,11 +40,11 @@ from ...index.scopes import MemoryScopes, scope_of
 from ...verify.grammar import check_grammar
 from .agent_routes import AGENT_ROUTES, add_agent_routes
 from .chat import template_of, tool_plan
-from .controls import LlamaOptions, Shape, merge_completions
+from .controls import Exchange, LlamaOptions, merge_completions
 from .errors import PROMPT_OVER_CONTEXT, APIError, install_error_handlers, model_error
 from .guards import CountRequests, LimitBody, ModelGate, RequireKey, request_key
 from .limits import ANY_ORIGIN, Limits
-from .lost import Lost
+from .lost import RpcWatch
 from .llama_routes import LLAMA_ROUTES, add_llama_routes
 from .metrics import CONTENT_TYPE, Metrics
 from .requests import (
@@ -155,11 +155,11 @@ class Service:
         self.memories = MemoryScopes(shared) if shared is not None else None
         self.keyed = keyed
         rpc = getattr(llm, "rpc_devices", None)
-        self.lost = Lost(rpc.endpoints if rpc is not None else ())
+        self.rpc_watch = RpcWatch(rpc.endpoints if rpc is not None else ())
         self.gate = ModelGate(limits.max_queue, on_depth=metrics.queue_depth.set, slots=llm.parallel)
         self.probe = PromptProbe(llm)
 
-    def arguments(self, body, shape: Shape) -> tuple[dict, Optional[dict]]:
+    def arguments(self, body, exchange: Exchange) -> tuple[dict, Optional[dict]]:
         """(create_* keyword arguments, prediction): refused with 404 or 400 before any work. A
         chat's tools are decided here once (:func:`.chat.tool_plan`), for the prompt, the
         sampler and the answer's shape."""
@@ -189,7 +189,7 @@ class Service:
                 param, kwargs["grammar"], kwargs["response_format"] = "response_format", structured, None
             if calls is not None:
                 param, kwargs["grammar"] = "tools", calls
-            shape.plan = plan if plan.parses else None
+            exchange.plan = plan if plan.parses else None
         try:
             check_grammar(self.llm.vocab, kwargs.get("grammar"))
         except ValueError as e:
@@ -226,57 +226,59 @@ class Service:
             kwargs["messages"] = folded
             return self.probe.prompt(create_name, kwargs)
 
-    async def check_request(self, body, create_name: str, shape: Shape) -> tuple[dict, Optional[dict]]:
+    async def check_request(self, body, create_name: str, exchange: Exchange) -> tuple[dict, Optional[dict]]:
         """(create_* keyword arguments, prediction) of a request that passed every check that
-        needs no model time, its prompt's length included (measured into `shape`)."""
-        kwargs, prediction = self.arguments(body, shape)
-        shape.prepare(kwargs)
+        needs no model time, its prompt's length included (measured into `exchange`)."""
+        kwargs, prediction = self.arguments(body, exchange)
+        exchange.prepare(kwargs)
         kwargs["max_tokens"] = self.limits.capped(kwargs.get("max_tokens"))
         try:
-            shape.prompt = await run_in_threadpool(self.prompt_of, create_name, kwargs)
+            exchange.prompt = await run_in_threadpool(self.prompt_of, create_name, kwargs)
         except ValueError as e:
             raise model_error(e, body) from e
-        if shape.plan is not None:
-            shape.answer = shape.plan.answer(self.llm.detokenize(shape.prompt[-PROMPT_END:]).decode("utf-8", "ignore"))
+        if exchange.plan is not None:
+            end = self.llm.detokenize(exchange.prompt[-PROMPT_END:]).decode("utf-8", "ignore")
+            exchange.answer = exchange.plan.answer(end)
         return kwargs, prediction
 
-    async def respond(self, request: Request, body, create_name: str, shape: Optional[Shape] = None):
-        """`shape`: what the route adds to the request and how it shapes the answer (default:
-        OpenAI's, with the llama-server fields the /v1 routes take)."""
-        shape = shape or Shape(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
-        kwargs, prediction = await self.check_request(body, create_name, shape)
+    async def respond(self, request: Request, body, create_name: str, exchange: Optional[Exchange] = None):
+        """`exchange`: the request on its route, what the route adds to it and how it shapes the
+        answer (default: OpenAI's, with the llama-server fields the /v1 routes take)."""
+        exchange = exchange or Exchange(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
+        kwargs, prediction = await self.check_request(body, create_name, exchange)
         create = getattr(self.llm, create_name)
         memory = self.memory_of(request, body)
 
         def run(call, stream: bool = False):
             call.memory = memory
-            return shape.run(create, kwargs, call, stream)
+            return exchange.run(create, kwargs, call, stream)
 
         if body.stream:
-            self.metrics.queue_wait.observe(await self.lost.unless_lost(self.gate.enter))
-            return await self.start_stream(body, run, prediction, shape)  # the stream leaves the gate
+            self.metrics.queue_wait.observe(await self.rpc_watch.unless_lost(self.gate.enter))
+            return await self.start_stream(body, run, prediction, exchange)  # the stream leaves the gate
         call, result = await self.through_gate(request, body, run, prediction)
         if call.prediction:
             details = await run_in_threadpool(self.llm.prediction_details, call.prediction, completion_text(result))
             result["usage"]["completion_tokens_details"] = details
             self.metrics.record_prediction(details)
-        answer = shape.whole(result, call)
-        self.metrics.record_timings(shape.timings(call))
+        answer = exchange.whole(result, call)
+        self.metrics.record_timings(exchange.timings(call))
         return answer
 
     async def respond_each(self, request: Request, body: CompletionRequest, prompts: list) -> dict:
         """A completion of several prompts (not streamed), one choice each, as OpenAI answers: every
         prompt checked before any work, then generated one after another on one slot, as one
         request (its stats and prediction accounting count them all)."""
-        shapes = [Shape(body, self.llm, self.model_name) for _ in prompts]
-        checked = [await self.check_request(body.model_copy(update={"prompt": p}), "create_completion", shape)
-                    for p, shape in zip(prompts, shapes)]
+        exchanges = [Exchange(body, self.llm, self.model_name) for _ in prompts]
+        checked = [await self.check_request(body.model_copy(update={"prompt": p}), "create_completion", exchange)
+                    for p, exchange in zip(prompts, exchanges)]
         prediction = checked[0][1]
         memory = self.memory_of(request, body)
 
         def each(call):
             call.memory = memory
-            return [shape.run(self.llm.create_completion, kwargs, call) for shape, (kwargs, _) in zip(shapes, checked)]
+            create = self.llm.create_completion
+            return [exchange.run(create, kwargs, call) for exchange, (kwargs, _) in zip(exchanges, checked)]
 
         call, results = await self.through_gate(request, body, each, prediction)
         result = merge_completions(results)
@@ -290,7 +292,7 @@ class Service:
     async def through_gate(self, request: Request, body, run, prediction):
         """(call, result) of a non-streamed request: it waits at the gate, generates, leaves the
         gate however that ends, and its generation's stats go to the metrics."""
-        self.metrics.queue_wait.observe(await self.lost.unless_lost(self.gate.enter))
+        self.metrics.queue_wait.observe(await self.rpc_watch.unless_lost(self.gate.enter))
         try:
             call, result = await self.generate(request, run, prediction)
         except ValueError as e:
@@ -313,7 +315,7 @@ class Service:
         async with anyio.create_task_group() as group:
             group.start_soon(watch_disconnect, request, gone)
             try:
-                done = await self.lost.in_thread(generate)
+                done = await self.rpc_watch.in_thread(generate)
             except (ValueError, APIError) as e:  # raised outside the group, which would wrap it in a group
                 refused = e
             finally:
@@ -322,9 +324,9 @@ class Service:
             raise refused
         return done
 
-    async def start_stream(self, body, run, prediction, shape: Shape):
+    async def start_stream(self, body, run, prediction, exchange: Exchange):
         """Run the stream's first step before the response starts, so that its errors are a real
-        status, unless the shape opens at once (:meth:`.controls.Shape.opening`): then its events
+        status, unless the exchange opens at once (:meth:`.controls.Exchange.opening`): then its events
         go out first and every WAITING_EVERY seconds while the prompt is evaluated, and a failure
         is the stream's last event. The response leaves the gate when it ends, however it ends."""
         gone = threading.Event()
@@ -334,10 +336,10 @@ class Service:
                 chunks = run(call, stream=True)
             return call, chunks, next(chunks, None)
 
-        opening = shape.opening()
+        opening = exchange.opening()
         if opening is None:
             try:
-                started = await self.lost.in_thread(first_chunk)
+                started = await self.rpc_watch.in_thread(first_chunk)
             except ValueError as e:
                 self.gate.leave()
                 raise model_error(e, body) from e
@@ -347,35 +349,35 @@ class Service:
             step = asyncio.get_running_loop().create_future()
             step.set_result(started)
         else:
-            step = asyncio.ensure_future(self.lost.in_thread(first_chunk))
+            step = asyncio.ensure_future(self.rpc_watch.in_thread(first_chunk))
         text: list[str] = []
 
         async def events():
             try:
                 if opening is not None:
-                    async for event in opened(step, opening, shape):
+                    async for event in opened(step, opening, exchange):
                         yield event
                 call, chunks, first = step.result()
                 if first is not None:
                     text.append(chunk_text(first))
-                    for event in shape.events(first):
+                    for event in exchange.events(first):
                         yield event
-                    while (chunk := await self.lost.in_thread(next, chunks, None)) is not None:
+                    while (chunk := await self.rpc_watch.in_thread(next, chunks, None)) is not None:
                         text.append(chunk_text(chunk))
-                        for event in shape.events(chunk):
+                        for event in exchange.events(chunk):
                             yield event
-                for event in shape.closing(call):
+                for event in exchange.closing(call):
                     yield event
             except ValueError as e:
-                for event in shape.failed(model_error(e, body)):
+                for event in exchange.failed(model_error(e, body)):
                     yield event
             except APIError as e:  # the RPC server was lost
-                for event in shape.failed(e):
+                for event in exchange.failed(e):
                     yield event
 
-        return ClosingEventSource(events(), lambda: self.stream_closed(step, shape, "".join(text), gone), sep="\n")
+        return ClosingEventSource(events(), lambda: self.stream_closed(step, exchange, "".join(text), gone), sep="\n")
 
-    async def stream_closed(self, step: asyncio.Future, shape: Shape, text: str, gone: threading.Event) -> None:
+    async def stream_closed(self, step: asyncio.Future, exchange: Exchange, text: str, gone: threading.Event) -> None:
         """A stream's end, however it ended: its generation stopped, the gate left, its stats kept."""
         gone.set()  # a generation step still running ends the stream at its next step
         started = None  # (call, chunks, first chunk) of a first step that ran
@@ -390,17 +392,17 @@ class Service:
             return
         call = started[0]
         self.metrics.record_generation(call.stats.as_dict())
-        self.metrics.record_timings(shape.timings(call))
+        self.metrics.record_timings(exchange.timings(call))
         if call.prediction:
             self.metrics.record_prediction(await run_in_threadpool(self.llm.prediction_details, call.prediction, text))
 
 
-async def opened(step: asyncio.Future, opening: list[dict], shape: Shape):
+async def opened(step: asyncio.Future, opening: list[dict], exchange: Exchange):
     """A stream that opens at once: its opening events, then its waiting ones until `step` is done."""
     for event in opening:
         yield event
     while not (await asyncio.wait({step}, timeout=WAITING_EVERY))[0]:
-        for event in shape.waiting():
+        for event in exchange.waiting():
             yield event
 
 
@@ -420,7 +422,7 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
     service = Service(llm, model_name, limits, metrics, keyed=bool(api_key), chat_template=chat_template)
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        service.lost.start()  # on the server's event loop
+        service.rpc_watch.start()  # on the server's event loop
         on_startup()
         yield
         on_shutdown()
@@ -459,8 +461,8 @@ def create_app(llm: Llama, model_name: str, limits: Limits = Limits(), api_key: 
 
     @app.get("/health")
     async def health():
-        if service.lost.check() is not None:
-            raise service.lost.error()
+        if service.rpc_watch.check() is not None:
+            raise service.rpc_watch.error()
         calibration = app.state.calibration
         return {"status": "ok"} if calibration is None else {"status": "ok", "calibration": calibration}
 

@@ -1,14 +1,15 @@
-"""llama-server's request fields on every route, and the shape a route gives its answer.
+"""llama-server's request fields on every route, and a request's exchange on its route: its
+arguments, its call and the shape of its answer.
 
 llama.vim, llama.vscode and other llama.cpp clients send llama-server's own fields to the OpenAI
 routes too (``n_predict``, ``samplers``, ``t_max_predict_ms``, ``response_fields``, ...).
 :class:`LlamaOptions` takes them beside llama_cpp.server's OpenAI schemas: a field is honoured as
 llama-server honours it, accepted where llama-server gives it no effect either (``t_max_prompt_ms``,
 ``id_slot``, ``n_keep``: plookup places requests on slots and never shifts a context), or refused
-with a 400 naming it, never dropped. They are kept out of the create_* arguments; a :class:`Shape`
+with a 400 naming it, never dropped. They are kept out of the create_* arguments; an :class:`Exchange`
 passes on what they mean.
 
-A :class:`Shape` is what a route does around the one admission path (:meth:`Service.respond`):
+An :class:`Exchange` is what a route does around the one admission path (:meth:`Service.respond`):
 it adds to the create_* arguments, sets up the request's :class:`plookup.api.call.Call` (its
 sampler chain, a time budget, a watch on the tokens handed out, for timings), and shapes the
 result and the stream's events. This one is OpenAI's, for the /v1 routes; llama-server's own
@@ -223,11 +224,12 @@ class Watch:
         return tokens[:-1] if tokens and tokens[-1] in self.eog else tokens
 
 
-class Shape:
-    """OpenAI's shape, for the /v1 routes, with llama-server's fields they take (see the module):
-    as llama-server serves them there, ``n_probs`` asks for OpenAI's logprobs, ``n_cmpl`` for
-    that many choices, ``timings_per_token`` puts ``timings`` in every chunk, ``n_indent`` and
-    ``t_max_predict_ms`` end the text, and ``return_tokens`` adds each choice's ``tokens``."""
+class Exchange:
+    """A request on an OpenAI route (the /v1 ones) and its answer in OpenAI's shape, with
+    llama-server's fields those routes take (see the module): as llama-server serves them there,
+    ``n_probs`` asks for OpenAI's logprobs, ``n_cmpl`` for that many choices, ``timings_per_token``
+    puts ``timings`` in every chunk, ``n_indent`` and ``t_max_predict_ms`` end the text, and
+    ``return_tokens`` adds each choice's ``tokens``."""
 
     def __init__(self, options: Optional[LlamaOptions], llm, model_name: str):
         self.options, self.llm, self.model_name = options, llm, model_name

@@ -11,7 +11,7 @@ events without a ``[DONE]``.
 
 A generation goes through the same admission path as the /v1 routes (:meth:`Service.respond`:
 API key, body limit, model name, context check, gate and queue, disconnects, metrics): the route
-turns llama-server's body into llama_cpp.server's completion request and :class:`LlamaShape`
+turns llama-server's body into llama_cpp.server's completion request and :class:`LlamaExchange`
 shapes the answer. What differs from llama-server is said where it is done; a field plookup
 cannot honour is a 400 naming it.
 """
@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, StrictStr, model_validator
 
 from ...api.fim import check_fim, infill_prompt
 from ...verify.chain import DEFAULT_ORDER, sampler_order
-from .controls import DEFAULTS, LlamaOptions, Shape, eog_tokens, indent_cut, pick_fields, stat_counts
+from .controls import DEFAULTS, Exchange, LlamaOptions, eog_tokens, indent_cut, pick_fields, stat_counts
 from .errors import APIError
 from .requests import ChatCompletionRequest, ChatMessage, CompletionRequest, Prediction, Tool
 
@@ -157,7 +157,7 @@ class Completion:
         self.all_tokens = watch.delivered()
 
 
-class LlamaShape(Shape):
+class LlamaExchange(Exchange):
     """llama-server's answer to /completion and /infill (see the module)."""
 
     ORDER = DEFAULT_ORDER  # llama-server's chain, in its default order, unless greedy needs none
@@ -194,7 +194,7 @@ class LlamaShape(Shape):
         super().prepare(kwargs)
 
     def one(self, create, kwargs: dict, call) -> dict:
-        """One of the request's n_cmpl completions (:meth:`Shape.run` makes them one after
+        """One of the request's n_cmpl completions (:meth:`Exchange.run` makes them one after
         another), kept with its own share of the call's stats for its answer."""
         before = stat_counts(call.stats)
         result = super().one(create, kwargs, call)
@@ -369,12 +369,12 @@ def prompt_ids(llm, parts: list, field: str) -> list[int]:
 
 def add_generation_routes(app: FastAPI, service) -> None:
     """``/completion`` (and ``/completions``) and ``/infill``: generations, through
-    :meth:`Service.respond` as the /v1 routes go, shaped by :class:`LlamaShape`."""
+    :meth:`Service.respond` as the /v1 routes go, shaped by :class:`LlamaExchange`."""
     llm, model_name = service.llm, service.model_name
 
     async def complete(request: Request, body: LlamaCompletionBody, tokens: Optional[list[int]] = None):
-        shape = LlamaShape(body, llm, model_name, tokens)
-        return await service.respond(request, shape.openai_request(CompletionRequest), "create_completion", shape)
+        exchange = LlamaExchange(body, llm, model_name, tokens)
+        return await service.respond(request, exchange.openai_request(CompletionRequest), "create_completion", exchange)
 
     @app.post("/completion")
     @app.post("/completions")
@@ -436,7 +436,7 @@ def add_token_routes(app: FastAPI, service) -> None:
     async def apply_template(body: ApplyTemplateBody):
         # The chat route's own preparation, stopped where generation would start: the same prompt.
         chat = ChatCompletionRequest(messages=body.messages, tools=body.tools, tool_choice=body.tool_choice)
-        kwargs, _ = service.arguments(chat, Shape(chat, llm, service.model_name))
+        kwargs, _ = service.arguments(chat, Exchange(chat, llm, service.model_name))
         try:
             tokens = service.prompt_of("create_chat_completion", kwargs)
         except ValueError as e:
@@ -450,7 +450,7 @@ def add_state_routes(app: FastAPI, service) -> None:
     llm, model_name = service.llm, service.model_name
 
     def slot(index: int, busy: bool) -> dict:
-        defaults = LlamaShape(LlamaCompletionBody(), llm, model_name).settings()
+        defaults = LlamaExchange(LlamaCompletionBody(), llm, model_name).settings()
         return {
             "id": index, "id_task": -1, "n_ctx": llm.n_ctx(), "speculative": True, "is_processing": busy,
             "params": defaults, "prompt": "",

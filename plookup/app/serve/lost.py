@@ -22,8 +22,9 @@ from .errors import APIError
 T = TypeVar("T")
 
 
-class Lost:
-    """Whether the model's RPC servers (`endpoints`; none: a local model) are still there."""
+class RpcWatch:
+    """Whether the model's RPC servers (`endpoints`; none: a local model) are still there, and
+    what was lost where one is not."""
 
     def __init__(self, endpoints: Sequence[str] = ()):
         self.endpoints = list(endpoints)
