@@ -26,8 +26,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from plookup.app.bench.local_server import free_port, wait_healthy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ from a checkout, run as a script
+from benchmarks.servers.llama_server import draft_max_flags  # noqa: E402  one home for the length flags
 from plookup.app.models import resolve_model
 
 THREADS = 2
@@ -35,8 +39,10 @@ SYSTEMS = {  # name: (server, its flags beyond the common ones)
     "plookup": ("plookup", []),  # plookup serve at its defaults (its drafting on)
     "plookup plain": ("plookup", ["--spec-type", "none"]),  # the same engine without drafts
     "llama-server": ("llama-server", []),  # llama-server at its defaults (no drafting)
-    "llama-server ngram-mod": ("llama-server", ["--spec-type", "ngram-mod"]),
 }
+# and "llama-server TYPE [N]": one of llama-server's n-gram drafters, its drafts at most N long
+# (its default length where N is not given), e.g. "llama-server ngram-simple 32"
+NGRAM_TYPES = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v")
 DEFAULT_SYSTEMS = ("plookup", "llama-server", "llama-server ngram-mod")
 REFERENCE = "llama-server"  # whose answers the others' texts are compared with
 COUNTERS = {
@@ -45,6 +51,8 @@ COUNTERS = {
     "decodes": "llamacpp:n_decode_total",
     "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
     "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+    "prompt_s": "llamacpp:prompt_seconds_total",  # the server's own clock: prompt evaluation
+    "decode_s": "llamacpp:tokens_predicted_seconds_total",  # and generation after it
 }
 
 
@@ -52,7 +60,7 @@ def start(system: str, binary: str, model: str, n_ctx: int) -> tuple[subprocess.
     port = free_port()
     common = ["-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(THREADS), "-tb", str(THREADS),
               "-c", str(n_ctx), "-np", "1"]
-    server, flags = SYSTEMS[system]
+    server, flags = system_flags(system)
     if server == "plookup":
         command = [sys.executable, "-m", "plookup.app.cli", "serve", *common, "-q", "--calibration", "blocking", *flags]
     else:
@@ -61,6 +69,19 @@ def start(system: str, binary: str, model: str, n_ctx: int) -> tuple[subprocess.
     url = f"http://127.0.0.1:{port}"
     wait_healthy(process, url, system, 600)
     return process, url
+
+
+def system_flags(system: str) -> tuple[str, list[str]]:
+    """(server, its flags) of a system's name (SYSTEMS, or "llama-server TYPE [N]")."""
+    if system in SYSTEMS:
+        return SYSTEMS[system]
+    parts = system.split()
+    known = 2 <= len(parts) <= 3 and parts[0] == "llama-server" and parts[1] in NGRAM_TYPES
+    if not known or not all(n.isdigit() for n in parts[2:]):
+        raise SystemExit(f"unknown system {system!r}: {', '.join(SYSTEMS)}, or 'llama-server TYPE [N]' with TYPE one of "
+                         f"{', '.join(NGRAM_TYPES)}")
+    spec_type, length = parts[1], parts[2:]
+    return "llama-server", ["--spec-type", spec_type, *(draft_max_flags(spec_type, int(length[0])) if length else [])]
 
 
 def counters(url: str) -> dict:
@@ -131,7 +152,8 @@ def summary(turns: list[dict]) -> str:
     failed = sum(t["status"] != 200 for t in turns)
     return (f"turns {len(turns)} ({failed} failed), wall {sum(seconds):7.1f} s, per turn median {statistics.median(seconds):6.1f} s "
             f"p90 {p90:6.1f} s; prompt tokens {total['prompt_tokens']:.0f}, generated {total['generated']:.0f}, "
-            f"decodes {total['decodes']:.0f}, accepted/drafted {total['accepted']:.0f}/{total['drafted']:.0f}")
+            f"decodes {total['decodes']:.0f}, accepted/drafted {total['accepted']:.0f}/{total['drafted']:.0f}; "
+            f"the server's clock: prompt {total['prompt_s']:.1f} s, generation {total['decode_s']:.1f} s")
 
 
 def same_text(runs: list[dict], system: str) -> str:
@@ -151,7 +173,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--n-ctx", type=int, default=32768)
     parser.add_argument("--max-tokens", type=int, default=512, help="the most tokens a turn's answer may have")
-    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"of {', '.join(SYSTEMS)}")
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"of {', '.join(SYSTEMS)}, or 'llama-server TYPE [N]'")
     parser.add_argument("--json")
     args = parser.parse_args()
     with open(args.session, encoding="utf-8") as f:
