@@ -88,9 +88,8 @@ class PastOutcomes:
     """The draft outcomes of the requests a model served, per source and bucket, the last
     PAST_TRIALS judged tokens of each bucket counting (older ones fade): how far a new request's
     prior comes down. The fixed prior says a match of 4-7 tokens is right 4 times in 5; on free
-    text at 4 clients such drafts kept 10-20 % of their tokens (BENCHMARKS.md, "Never a loss at 4
-    and 8 clients"), and each request, 128 tokens long, drafted once or twice, too few to learn it
-    alone. Shared by the drafters of one model's slots."""
+    text such drafts are mostly wrong, and a request of 128 tokens drafts once or twice, too few to
+    learn it alone. Shared by the drafters of one model's slots."""
 
     def __init__(self):
         self.clear()
@@ -110,10 +109,8 @@ class PastOutcomes:
         """PRIOR_WEIGHT pseudo-observations per bucket, at the rate of the fixed prior's (`fixed`,
         hits of PRIOR_WEIGHT) and the past outcomes together where that is lower; the fixed
         prior's where the past says more: a request's first drafts meet its own edits, which the
-        earlier requests' kept drafts do not foresee (measured, 16 code edits at 4 clients, Qwen
-        0.5B Q8_0: a prior raised by the past drafted 2310 tokens a run and kept 72 %, the fixed
-        one 1757 and 91 %, and the run took 5 % longer to decode; both on a curve later found
-        too cheap, BENCHMARKS.md)."""
+        earlier requests' kept drafts do not foresee: a prior raised by the past drafted longer and
+        kept less (docs/lab/notebook.md, "A new request's prior from the earlier requests' outcomes")."""
         leaned = PRIOR_WEIGHT * (fixed + self.hits[source]) / (PRIOR_WEIGHT + self.trials[source])
         return np.minimum(fixed, leaned)
 

@@ -18,7 +18,7 @@ Two layouts of the cache, two step costs:
 - one unified cache (:func:`size_batch`): a step of r rows costs cost(r);
 - a KV stream per slot (:func:`size_streams`, the engine's layout with several slots): each row
   attends over its own slot's cells only, so a step is cheaper than in one unified cache
-  (BENCHMARKS.md, "Figures behind the code's choices"), but uneven drafts cost more there than
+  (docs/lab/notebook.md, "Figures behind the code's choices"), but uneven drafts cost more there than
   their rows: see :func:`streams_step_cost`.
 """
 

@@ -7,7 +7,7 @@ team that decodes: a decode from a second thread is several times slower, so eve
 one thread, from the model's load on (later hand-overs do not help: the loading thread's team has
 spun by then). `plookup serve` runs each request, and each chunk of a stream, on a thread of its
 pool, so it asks for one too. A hand-over costs far less than that, but still something, so a
-model driven from one thread keeps decoding on it. The figures: BENCHMARKS.md, "Figures behind the
+model driven from one thread keeps decoding on it. The figures: docs/lab/notebook.md, "Figures behind the
 code's choices".
 """
 

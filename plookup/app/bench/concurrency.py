@@ -66,8 +66,8 @@ def request_sets(llm, seed: int, per_kind: int, kinds=KINDS, requests: int = 0) 
     end-of-generation tokens (llama-server's ignore_eos): sampled at temperature 1 they meet one
     within a few tokens, and their rates would divide by almost nothing. They cost nothing to
     make, so no request repeats one: a repeated prompt is prefilled in one token where its slot
-    last held it, which slot that is follows when the requests before ended, and at 8 clients
-    that moved a run's prefill by up to 315 tokens either way (BENCHMARKS.md, "Resolving 2 %")."""
+    last held it, and which slot that is follows when the requests before ended: a run's prefill
+    would move by chance, and with it the run's wall."""
     from .plain import chat_prompt_tokens
     from .releases import apply_workloads
     from .workloads import standard_workloads
@@ -234,8 +234,8 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
     prompts = (prompts * wanted)[:wanted]
     if order_unbalanced(args.repeats or 1, len(systems)):
         note(f"c={clients} {kind}: {args.repeats} repeats, the systems' order reversed every other one: "
-             "an odd count runs the first system first once more (the second of a pair read 2-4 % slower "
-             "here, BENCHMARKS.md); an even --repeats balances it")
+             "an odd count runs the first system first once more (the second of a pair has read slower "
+             "here); an even --repeats balances it")
     cells = {s: [] for s in systems}
     for repeat in range(args.repeats or 1):
         # Side by side: the systems take turns, in reverse order every other repeat, so
@@ -291,11 +291,10 @@ def priced_at_pooled_costs(runs: dict[str, list[list[dict]]]) -> dict[str, list[
     runs given (`runs`: system -> its runs' steps, :class:`plookup.engine.step.StepRecord` as
     dicts): the seconds its steps' count and sizes take at one state of the machine. The machine's
     speed drifts from run to run by more than the few per cent two systems' walls differ by (the
-    same 8-row step took a median 57.5-65.0 ms in four runs of one bench, BENCHMARKS.md); priced
-    alike, the runs differ by what the systems did. Prefills are left out: both systems prefill
-    the same prompts. Rows alone set the price: a step of 8 rows on one slot and one of a row on
-    each of 8 slots price alike (the second is the common one), and a size only one system
-    stepped is priced by its own runs."""
+    same step's median moves between runs of one bench); priced alike, the runs differ by what the
+    systems did. Prefills are left out: both systems prefill the same prompts. Rows alone set the
+    price: a step of 8 rows on one slot and one of a row on each of 8 slots price alike (the second
+    is the common one), and a size only one system stepped is priced by its own runs."""
     pooled: dict[int, list[float]] = {}
     for steps in itertools.chain(*runs.values()):
         for step in steps:

@@ -20,7 +20,7 @@ from ...api.context import is_eog, logits_stale
 # Per model (the names of plookup.app.models): below this top-2 logit gap of plain greedy decoding, a
 # verify batch may pick the other token, because llama.cpp's batched kernels round differently from
 # single-token decoding. Each is about the largest change of that gap measured between single-token
-# decoding and verify batches (BENCHMARKS.md, "Figures behind the code's choices").
+# decoding and verify batches (docs/lab/notebook.md, "Figures behind the code's choices").
 NEAR_TIE = {"smollm2": 0.3, "gemma3": 0.6, "qwen-coder-0.5b": 0.4}
 
 

@@ -73,8 +73,8 @@ def register(commands) -> None:
                             "\"measuring\"), blocking measures them before serving (a benchmark's choice)")
     llama_cli.add_server_flags(serve)
     # llama-server's default batch, which also sizes its FIM prompts (plookup.api.fim), and its
-    # flash attention (-fa auto: on where the backend has the kernel; BENCHMARKS.md, "Four clients
-    # through each server's API", measures what leaving it off cost)
+    # flash attention (-fa auto: on where the backend has the kernel), so that beside llama-server
+    # both run the same kernels
     serve.set_defaults(func=cmd_serve, n_batch=LLAMA_SERVER_N_BATCH, flash_attn="auto")
 
 
