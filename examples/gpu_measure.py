@@ -4,8 +4,8 @@ invariance, and plain vs plookup greedy decoding on the benchmark's workloads.
     python examples/gpu_measure.py MODEL.gguf [N_COPY N_FREE MAX_TOKENS [N_GPU_LAYERS [OUT.json]]]
 
 Defaults: 8 copy and 4 free-text workloads of standard_workloads(seed=0), 200 tokens, every layer
-on the GPU, gpu.json. For BENCHMARKS.md's H200 figures llama-cpp-python 0.3.36 was built there with
-CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_CUDA_FA=OFF".
+on the GPU, gpu.json. For the H200 figures (docs/lab/notebook.md, "On a GPU, once")
+llama-cpp-python 0.3.36 was built there with CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_CUDA_FA=OFF".
 """
 import json
 import sys

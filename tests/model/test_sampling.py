@@ -63,7 +63,7 @@ def test_distribution_matches_plain_on_the_code_model(model_path):
 
 # The broken rule's sample against plain's N_SAMPLES: its distribution is so far from plain's that a
 # quarter of the draws keeps the test's power at 1 on both models (computed by bootstrap from both
-# samples: BENCHMARKS.md, "CI's legs"); plain's sample is the distribution test's, drawn once.
+# samples: docs/lab/notebook.md, "CI's legs"); plain's sample is the distribution test's, drawn once.
 BROKEN_SAMPLES = N_SAMPLES // 4
 
 

@@ -28,7 +28,7 @@ TESTS = Path(__file__).resolve().parents[1]
 KINDS = ("unit", "model", "server")
 DEFAULT_BUDGET_S = {"unit": 15.0, "model": 30.0, "server": 30.0}
 # A leg's whole run on CI's 2 cores, the models' first loads and measurements included: with the
-# two wheels' 17 minutes, the 45 minutes CI may take (each leg's measured time: BENCHMARKS.md,
+# two wheels' 17 minutes, the 45 minutes CI may take (each leg's measured time: docs/lab/notebook.md,
 # "CI's legs").
 LEG_BUDGET_S = {"unit": 120.0, "model": 930.0, "server": 330.0, "exact": 300.0}
 STRICT = "PLOOKUP_STRICT_BUDGETS"
