@@ -22,19 +22,24 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import anyio
 import llama_cpp
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
+from llama_cpp.llama_chat_format import (
+    _convert_completion_to_chat,
+    chat_formatter_to_chat_completion_handler,
+    get_chat_completion_handler,
+)
 from llama_cpp.server.app import prepare_request_resources
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from ...api.llama import Llama
-from ...api.logprobs import check_logprobs
+from ...api.logprobs import check_logprobs, with_chat_bytes
 from ...api.prediction import chunk_text, completion_text, prediction_text
 from ...index.scopes import MemoryScopes, scope_of
 from ...verify.grammar import check_grammar
@@ -73,11 +78,13 @@ NOT_FORWARDED = {"n", "best_of", "logit_bias_type", "user", "min_tokens", "predi
 
 
 class PromptTokens(Exception):
-    """Raised by :class:`PromptProbe` where generation would start, carrying the prompt."""
+    """Raised by :class:`PromptProbe` where generation would start, carrying the prompt and, for a
+    chat, the arguments its chat handler gave create_completion (None: no handler made them)."""
 
     def __init__(self, tokens):
         super().__init__()
         self.tokens = list(tokens)
+        self.completion: Optional[dict] = None
 
 
 class PromptProbe:
@@ -108,14 +115,56 @@ class PromptProbe:
         return llama_cpp.Llama._create_completion(self, *args, **kwargs)
 
     def create_completion(self, *args, **kwargs):
-        return llama_cpp.Llama.create_completion(self, *args, **kwargs)
+        # A chat handler's completion: its arguments hold the prompt as tokens (rendered and
+        # tokenized here, once) for the generation to run as they are (:func:`chat_from_completion`).
+        try:
+            return llama_cpp.Llama.create_completion(self, *args, **kwargs)
+        except PromptTokens as found:
+            found.completion = {k: v for k, v in kwargs.items() if k != "stream"}  # the request's own, later
+            raise
 
-    def prompt(self, create_name: str, kwargs: dict) -> list[int]:
+    def prompt(self, create_name: str, kwargs: dict) -> PromptTokens:
         try:
             getattr(llama_cpp.Llama, create_name)(self, **dict(kwargs, stream=False))
         except PromptTokens as found:
-            return found.tokens
+            return found
         raise RuntimeError("llama_cpp's request preparation ended without generating")
+
+
+# The code of llama_cpp's chat handler for a chat template (a GGUF's Jinja, --chat-template, a
+# named format): it renders and tokenizes the prompt, hands it to create_completion, and reshapes
+# the completion as a chat, which :func:`chat_from_completion` does the same way.
+TEMPLATE_HANDLER = chat_formatter_to_chat_completion_handler(None).__code__
+
+
+def completes_as_template_handler(llm: Llama, kwargs: dict) -> bool:
+    """Whether `llm` answers this chat with llama_cpp's template handler, reshaped as a text answer:
+    not where another handler renders it (function calling formats may generate more than once)
+    or a legacy ``function_call`` names a function (a call's shape, llama_cpp's own)."""
+    handler = llm.chat_handler or llm._chat_handlers.get(llm.chat_format) or get_chat_completion_handler(llm.chat_format)
+    return getattr(handler, "__code__", None) is TEMPLATE_HANDLER and not isinstance(kwargs.get("function_call"), dict)
+
+
+def chat_from_completion(llm: Llama) -> Callable:
+    """``create(**completion, stream=...)``: the chat the template handler's `completion`
+    arguments answer, as create_chat_completion would give it (the chat's shape from
+    llama_cpp's own conversion, its logprobs' bytes as plookup.Llama adds them) without
+    rendering the template again."""
+
+    def create(stream: bool = False, **completion):
+        result = llm.create_completion(**completion, stream=stream)
+        chat = with_chat_bytes(_convert_completion_to_chat(result, stream=stream))  # (no logprobs: as it was)
+        return closing_too(chat, result) if stream else chat
+
+    return create
+
+
+def closing_too(chunks: Iterator[dict], source) -> Iterator[dict]:
+    """`chunks`, converted from `source`'s: closing them closes `source` now, not when collected."""
+    try:
+        yield from chunks
+    finally:
+        source.close()
 
 
 class ClosingEventSource(EventSourceResponse):
@@ -213,10 +262,11 @@ class Service:
             raise APIError(400, f"the prediction is over the server's limit of {limit} tokens",
                            param="prediction", code="prediction_too_long")
 
-    def prompt_of(self, create_name: str, kwargs: dict) -> list[int]:
-        """The prompt's tokens (ValueError: refused). A chat is rendered as llama-server renders
-        it, so that both answer one prompt alike, unless the template refuses a system message
-        where it stands (Gemma's refuses a second one): then kwargs' messages are folded."""
+    def prompt_of(self, create_name: str, kwargs: dict) -> PromptTokens:
+        """The prompt (ValueError: refused), as llama_cpp's request preparation learned it. A chat
+        is rendered as llama-server renders it, so that both answer one prompt alike, unless the
+        template refuses a system message where it stands (Gemma's refuses a second one): then
+        kwargs' messages are folded."""
         try:
             return self.probe.prompt(create_name, kwargs)
         except ValueError as e:
@@ -226,27 +276,30 @@ class Service:
             kwargs["messages"] = folded
             return self.probe.prompt(create_name, kwargs)
 
-    async def check_request(self, body, create_name: str, exchange: Exchange) -> tuple[dict, Optional[dict]]:
-        """(create_* keyword arguments, prediction) of a request that passed every check that
-        needs no model time, its prompt's length included (measured into `exchange`)."""
+    async def check_request(self, body, create_name: str, exchange: Exchange) -> tuple[Callable, dict, Optional[dict]]:
+        """(create, its keyword arguments, prediction) of a request that passed every check that
+        needs no model time, its prompt's length included (measured into `exchange`): its
+        generation is ``create(**kwargs)``, a chat's from the prompt rendered here, not again."""
         kwargs, prediction = self.arguments(body, exchange)
         exchange.prepare(kwargs)
         kwargs["max_tokens"] = self.limits.capped(kwargs.get("max_tokens"))
         try:
-            exchange.prompt = await run_in_threadpool(self.prompt_of, create_name, kwargs)
+            found = await run_in_threadpool(self.prompt_of, create_name, kwargs)
         except ValueError as e:
             raise model_error(e, body) from e
+        exchange.prompt = found.tokens
         if exchange.plan is not None:
             end = self.llm.detokenize(exchange.prompt[-PROMPT_END:]).decode("utf-8", "ignore")
             exchange.answer = exchange.plan.answer(end)
-        return kwargs, prediction
+        if found.completion is not None and completes_as_template_handler(self.llm, kwargs):
+            return chat_from_completion(self.llm), found.completion, prediction
+        return getattr(self.llm, create_name), kwargs, prediction
 
     async def respond(self, request: Request, body, create_name: str, exchange: Optional[Exchange] = None):
         """`exchange`: the request on its route, what the route adds to it and how it shapes the
         answer (default: OpenAI's, with the llama-server fields the /v1 routes take)."""
         exchange = exchange or Exchange(body if isinstance(body, LlamaOptions) else None, self.llm, self.model_name)
-        kwargs, prediction = await self.check_request(body, create_name, exchange)
-        create = getattr(self.llm, create_name)
+        create, kwargs, prediction = await self.check_request(body, create_name, exchange)
         memory = self.memory_of(request, body)
 
         def run(call, stream: bool = False):
@@ -272,13 +325,12 @@ class Service:
         exchanges = [Exchange(body, self.llm, self.model_name) for _ in prompts]
         checked = [await self.check_request(body.model_copy(update={"prompt": p}), "create_completion", exchange)
                     for p, exchange in zip(prompts, exchanges)]
-        prediction = checked[0][1]
+        prediction = checked[0][2]
         memory = self.memory_of(request, body)
 
         def each(call):
             call.memory = memory
-            create = self.llm.create_completion
-            return [exchange.run(create, kwargs, call) for exchange, (kwargs, _) in zip(exchanges, checked)]
+            return [exchange.run(create, kwargs, call) for exchange, (create, kwargs, _) in zip(exchanges, checked)]
 
         call, results = await self.through_gate(request, body, each, prediction)
         result = merge_completions(results)

@@ -438,7 +438,7 @@ def add_token_routes(app: FastAPI, service) -> None:
         chat = ChatCompletionRequest(messages=body.messages, tools=body.tools, tool_choice=body.tool_choice)
         kwargs, _ = service.arguments(chat, Exchange(chat, llm, service.model_name))
         try:
-            tokens = service.prompt_of("create_chat_completion", kwargs)
+            tokens = service.prompt_of("create_chat_completion", kwargs).tokens
         except ValueError as e:
             raise APIError(400, str(e), param="messages") from e
         return {"prompt": llm.detokenize(tokens, special=True).decode("utf-8", errors="replace")}
