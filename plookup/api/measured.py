@@ -106,7 +106,7 @@ def _restore(llm, pending: Pending) -> None:
     """`llm` as before any figure was applied."""
     llm.drafter.max_draft, llm.drafter.branches = pending.max_draft, pending.branches
     llm.exact = None
-    llm._engine.shared_exact = False
+    llm._engine.step.shared_exact = False
 
 
 def apply_figures(llm, exactness, cost_curve, streams: bool) -> None:
@@ -149,5 +149,5 @@ def keep_exact(llm, streams: bool) -> bool:
         # Measured (plookup doctor, "beside a 2nd slot"): a slot's rows beside another's are
         # bitwise its lone decode with a KV stream per sequence, not in one unified cache,
         # where its cells interleave with the others'.
-        llm._engine.shared_exact = True
+        llm._engine.step.shared_exact = True
     return True

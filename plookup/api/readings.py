@@ -44,13 +44,13 @@ class Readings:
 
     def decode_counts(self) -> tuple[int, int]:
         """(llama_decode calls the engine made, the rows they decoded): rows / calls = tokens per step."""
-        return (self._engine.steps, self._engine.rows) if self._engine is not None else (0, 0)
+        return (self._engine.step.steps, self._engine.step.rows) if self._engine is not None else (0, 0)
 
     def trace_steps(self, on: bool) -> None:
         """Start (afresh) or stop recording what each engine step did
         (:class:`plookup.engine.step.StepRecord`; read by :meth:`traced_steps`)."""
-        self._engine.trace = [] if on else None
+        self._engine.step.trace = [] if on else None
 
     def traced_steps(self) -> list:
         """The steps recorded since :meth:`trace_steps` started (none when it is off)."""
-        return list(self._engine.trace or [])
+        return list(self._engine.step.trace or [])

@@ -3,14 +3,15 @@
 It is composed of parts, one job each, each testable alone (tests/unit/test_engine_parts.py): the
 context handle, the one place that calls llama.cpp (:class:`~.handle.ContextHandle`, its
 ``roll_back`` the one roll-back of a sequence); the step that advances every generation
-(:class:`~.step.Step`); each generation's verdict on its rows (:class:`~.verdicts.Verdicts`). The
+(:class:`~.step.Step`, ``engine.step``: the one place that counts its decodes and rows, keeps
+its trace and knows whether shared steps are exact); each generation's verdict on its rows (:class:`~.verdicts.Verdicts`). The
 engine is itself the third part, requests onto slots and back, taking turns on the context
 (:class:`~.admission.Admission` over :class:`~.turns.Turns`): what ``plookup.Llama`` calls is
 Admission's. Here: the slots the parts share, the parts wired over them, and what only the whole
 engine can do (:meth:`Engine.evaluate_afresh`).
 
 Exactness: a generation that never shared a step or the cache with another sequence is decoded
-as a lone stream is. One that did is claimed exact only where ``shared_exact`` says the layout
+as a lone stream is. One that did is claimed exact only where the step's ``shared_exact`` says the layout
 keeps a slot's rows its lone decode (a KV stream per slot, measured by
 :func:`plookup.measure.exactness.probe_slots`); elsewhere its ``stats.exact`` becomes False, since in a
 unified cache its cells interleave with the others' and its rows round differently.
@@ -23,7 +24,7 @@ import warnings
 from ..verify.accept import accept
 from .admission import Admission
 from .handle import ContextHandle
-from .slot import Cells, Slot, attribute_of
+from .slot import Cells, Slot
 from .step import Step, StepRecord
 from .verdicts import Verdicts, fail
 
@@ -57,11 +58,6 @@ class Engine(Admission):
         # Backend greedy chains on the slots whose latest generation sampled with them (attaching
         # or detaching costs a graph reserve: see plookup.verify.backend).
         super().__init__(context, slots, context.backend_chains(), model, self.step.run)
-
-    trace = attribute_of("step", "trace", "None, or a list every step appends its StepRecord to.")
-    steps = attribute_of("step", "steps", "Decodes made (what /metrics reports).")
-    rows = attribute_of("step", "rows", "... and their rows.")
-    shared_exact = attribute_of("step", "shared_exact", "A slot's rows beside other slots' are its lone decode here.")
 
     def evaluate_afresh(self, slot: Slot, n: int) -> None:
         """The memory refused to drop rejected draft tokens: never go on with them in it. Warn,

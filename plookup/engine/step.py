@@ -52,7 +52,7 @@ class Piece(NamedTuple):
 
 @dataclass(frozen=True)
 class StepRecord:
-    """What one step did and where its time went (``Engine.trace``; ``plookup bench --trace``)."""
+    """What one step did and where its time went (``Step.trace``; ``plookup bench --trace``)."""
 
     began: float  # time.perf_counter() at the step's start
     host_before: float  # seconds: drafting, the batch's rows

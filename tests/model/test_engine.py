@@ -71,14 +71,14 @@ def check_against_plain(prompts, references, outputs):
 def test_concurrent_greedy_answers_are_the_serial_answers(parallel_smol, references):
     llm = parallel_smol
     prompts, refs = references
-    steps = llm._engine.steps
+    steps = llm._engine.step.steps
     outputs = run_concurrently(llm, prompts, greedy_tokens(llm, MAX_TOKENS))
     tokens = [t for t, _ in outputs]
     checked = check_against_plain(prompts, refs, tokens)
     assert checked >= len(prompts) * MAX_TOKENS // 8
     passes = sum(stats.forward_passes for _, stats in outputs)
     # They shared steps: fewer decodes than the generations' forward passes together.
-    assert llm._engine.steps - steps < passes
+    assert llm._engine.step.steps - steps < passes
     assert sum(stats.accepted for _, stats in outputs) > 0
     assert all(stats.exact is not True for _, stats in outputs)  # shared: not claimed exact
     # A slot drafts from its own request only: each slot's drafter (slot 0's is the model's, the
@@ -184,14 +184,14 @@ def test_sampling_keeps_each_requests_distribution_with_four_at_once(parallel_sm
             tokens = tuple(itertools.islice(llm.generate(prompt, **args), N_TOKENS))
         return tokens, call.stats.drafted, call.stats.forward_passes
 
-    steps = llm._engine.steps
+    steps = llm._engine.step.steps
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(sample, range(10**6, 10**6 + N_SAMPLES)))
     from collections import Counter
 
     got = Counter(tokens for tokens, _, _ in results)
     assert sum(drafted > 0 for _, drafted, _ in results) >= N_SAMPLES // 2, "too few drafts to test the rule"
-    assert llm._engine.steps - steps < sum(passes for _, _, passes in results)  # requests shared steps
+    assert llm._engine.step.steps - steps < sum(passes for _, _, passes in results)  # requests shared steps
     expected = plain_counts(name, plain, "temp1")
     p = homogeneity_p_value(expected, got)
     assert p > 0.001, f"plookup x4 {got.most_common(5)} vs plain {expected.most_common(5)}"
@@ -281,7 +281,7 @@ def test_a_slot_between_two_decoding_ones_gets_a_throwaway_row(parallel_smol, re
     prompts, refs = references
     engine = llm._engine
     engine.forget()  # no cached prefixes: each request takes the lowest free slot
-    engine.trace = []
+    engine.step.trace = []
     try:
         first = llm.generate(prompts[0], temp=0.0)
         out = {0: [next(first)]}  # slot 0
@@ -297,9 +297,9 @@ def test_a_slot_between_two_decoding_ones_gets_a_throwaway_row(parallel_smol, re
             out[2].append(next(third))
         first.close()
         third.close()
-        steps = [s for s in engine.trace if s.prefilled == 0 and len(s.drafted) == 2]
+        steps = [s for s in engine.step.trace if s.prefilled == 0 and len(s.drafted) == 2]
     finally:
-        engine.trace = None
+        engine.step.trace = None
     # the filler, where the model's curve says one pass of 3 rows costs less than two of 1
     filled = len(fillers_worth_adding([0, 2], [1, 3], llm.drafter.policy.cost))
     assert steps and all(s.rows == sum(d + 1 for d in s.drafted) + filled for s in steps)

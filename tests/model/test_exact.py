@@ -208,10 +208,10 @@ def test_exact_build_gives_plains_text_to_concurrent_requests(model_path):
         with spec.request() as call:
             return list(itertools.islice(spec.generate(prompt, temp=0.0), 48)), call.stats
 
-    steps = spec._engine.steps
+    steps = spec._engine.step.steps
     with ThreadPoolExecutor(4) as pool:
         outputs = list(pool.map(generate, prompts))
     for workload, reference, (tokens, stats) in zip(PROMPTS, references, outputs):
         assert tokens[: len(reference)] == reference, f"differs at {first_divergence(reference, tokens)}"
         assert stats.exact is True
-    assert spec._engine.steps - steps < sum(stats.forward_passes for _, stats in outputs)  # they shared steps
+    assert spec._engine.step.steps - steps < sum(stats.forward_passes for _, stats in outputs)  # they shared steps

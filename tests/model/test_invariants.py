@@ -82,11 +82,11 @@ def reference(model_path):
 
 def traced(llm, ask):
     """`ask()`'s result and the engine's records of its steps."""
-    llm._engine.trace = []
+    llm._engine.step.trace = []
     try:
-        return ask(), llm._engine.trace
+        return ask(), llm._engine.step.trace
     finally:
-        llm._engine.trace = None
+        llm._engine.step.trace = None
 
 
 # -- a prediction is a draft source matched against the history
@@ -157,7 +157,7 @@ def test_each_slot_drafts_from_its_own_text(two_slots, monkeypatch):
 
 
 class CellCheck(list):
-    """An ``Engine.trace`` that reads, as each step ends (before another decode), every slot's
+    """A ``Step.trace`` that reads, as each step ends (before another decode), every slot's
     cells in llama.cpp's memory: its sequence holds positions 0..n-1 and its branch sequence none."""
 
     def __init__(self, llm):
@@ -181,13 +181,13 @@ class CellCheck(list):
 
 def cells_after_rejections(llm) -> CellCheck:
     llm._engine.forget()
-    llm._engine.trace = check = CellCheck(llm)
+    llm._engine.step.trace = check = CellCheck(llm)
     try:
         llm.create_completion(COUNT_PROMPT, max_tokens=TOKENS, temperature=0.0, prediction=PARTLY_RIGHT)
     except RuntimeError as e:  # (a broken cache may fail a later decode: the check has spoken by then)
         check.problems.append(f"the generation failed: {e}")
     finally:
-        llm._engine.trace = None
+        llm._engine.step.trace = None
     return check
 
 
@@ -213,7 +213,7 @@ def outer_slots_decoding(llm) -> CellCheck:
     """Slots 0 and 2 decoding while slot 1, its request closed, keeps its cells."""
     engine = llm._engine
     engine.forget()  # every slot empty: each request takes the lowest free one
-    engine.trace = check = CellCheck(llm)
+    engine.step.trace = check = CellCheck(llm)
     generations = []
     try:
         for prompt in (NUMBERS, FRANCE, LETTERS):  # on slots 0, 1 and 2
@@ -230,7 +230,7 @@ def outer_slots_decoding(llm) -> CellCheck:
     finally:
         for generation in generations:  # (one left open would be given back when collected, maybe after its model)
             generation.close()
-        engine.trace = None
+        engine.step.trace = None
     return check
 
 

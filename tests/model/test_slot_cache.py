@@ -28,7 +28,7 @@ EXACT_BUILD = not llamafile_in_build()
 
 
 class CheckedSteps(list):
-    """An ``Engine.trace`` that checks every slot's cells as each step ends, the generations' on
+    """A ``Step.trace`` that checks every slot's cells as each step ends, the generations' on
     them being of `prompts`."""
 
     def __init__(self, llm, prompts):
@@ -69,7 +69,7 @@ def slot_problems(llm, slot, prompts=()) -> list[str]:
 
 
 def checked(llm, *prompts) -> CheckedSteps:
-    llm._engine.trace = steps = CheckedSteps(llm, [list(p) for p in prompts])
+    llm._engine.step.trace = steps = CheckedSteps(llm, [list(p) for p in prompts])
     return steps
 
 
@@ -95,7 +95,7 @@ def test_every_step_leaves_the_cache_holding_the_slots_tokens(any_model_pair, fl
         with spec.request(prediction=spec.detokenize(tokens[:6]).decode(errors="ignore") + " violet plum, blue" * 4):
             list(itertools.islice(spec.generate(prompt, temp=0.0), 24))
     finally:
-        spec._engine.trace = None
+        spec._engine.step.trace = None
     assert steps.problems == []
     assert steps.kinds["all accepted"] and steps.kinds["part rejected"] and steps.kinds["prompt chunk"], steps.kinds
     assert call.stats.branch_steps > 0 or spec.exact  # two-branch verify steps were among them
@@ -143,7 +143,7 @@ def test_prompt_chunks_beside_another_slots_decoding_keep_both_caches(two_slots)
                 b.close()
             a.close()
     finally:
-        llm._engine.trace = None
+        llm._engine.step.trace = None
     mixed = [r for r in steps if r.prefilled and r.drafted]
     assert steps.problems == [] and steps.kinds["prompt chunk"] >= 3 and mixed, steps.kinds
     for slot, prompt in zip(llm._engine.slots, (first, second)):

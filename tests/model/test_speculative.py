@@ -28,13 +28,13 @@ def smol(model_path):
 
 def drafts_of(llm, speculative, n=48):
     """(tokens, each step's draft length) of a greedy generation of n tokens over REPEATS."""
-    llm._engine.trace = []
+    llm._engine.step.trace = []
     try:
         with llm.request(speculative=speculative):
             tokens = list(itertools.islice(llm.generate(REPEATS, temp=0.0), n))
-        return tokens, [d for step in llm._engine.trace for d in step.drafted]
+        return tokens, [d for step in llm._engine.step.trace for d in step.drafted]
     finally:
-        llm._engine.trace = None
+        llm._engine.step.trace = None
 
 
 @pytest.mark.budget(40)
@@ -56,10 +56,10 @@ def test_each_request_bounds_its_own_drafts(smol):
 
 @pytest.mark.budget(40)
 def test_a_bad_speculative_field_fails_before_any_work(smol):
-    before = smol._engine.steps
+    before = smol._engine.step.steps
     with pytest.raises(ValueError, match="speculative.n_max"):
         smol.create_completion(REPEATS, max_tokens=4, speculative={"n_max": -2})
-    assert smol._engine.steps == before
+    assert smol._engine.step.steps == before
     result = smol.create_completion(REPEATS, max_tokens=8, temperature=0.0, speculative={"n_max": 0})
     assert result["usage"]["completion_tokens"] == 8 and result["usage"]["speculative"]["drafted"] == 0
 

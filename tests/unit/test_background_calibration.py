@@ -49,7 +49,8 @@ def fake_llm():
     drafter = make_drafter("suffix", 64)
     drafter.warm_up = lambda: None
     return SimpleNamespace(model_path="model.gguf", can_roll_back=True, drafter=drafter, parallel=1, exact=None,
-                           context_params=SimpleNamespace(kv_unified=True), _engine=SimpleNamespace(shared_exact=False))
+                           context_params=SimpleNamespace(kv_unified=True),
+                           _engine=SimpleNamespace(step=SimpleNamespace(shared_exact=False)))
 
 
 def test_missing_figures_mean_no_drafts_and_pending_until_they_are_cached(probes):
