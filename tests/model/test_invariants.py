@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 import plookup
+from plookup.draft import index_drafter
 from plookup.draft.drafters import SuffixDrafter
 from plookup.draft.index_drafter import IndexDrafter
 from plookup.draft.policy import CPU_COST_CURVE, DraftPolicy
@@ -104,8 +105,8 @@ def count_with_prediction(llm):
 
 
 def prediction_never_consulted(monkeypatch, llm):
-    """The control: the drafter's sources without the request's prediction."""
-    monkeypatch.setattr(llm.drafter, "_sources", lambda: [])
+    """The control: a request's prediction never becomes a draft source."""
+    monkeypatch.setattr(index_drafter, "prediction_cursor", lambda prediction: None)
 
 
 def test_a_prediction_drafts_from_the_first_step_where_the_prompt_ends_inside_it(llm, monkeypatch):
