@@ -143,8 +143,8 @@ MUTANTS = [
     ),
     Mutant(
         "memory_scope_in_use_dropped_as_stale", "plookup/index/scopes.py",
-        "memory = self._scopes.pop(scope, None) or GlobalMemory(self.shared.max_tokens)",
-        "memory = self._scopes.get(scope) or GlobalMemory(self.shared.max_tokens)",
+        "memory = self._scopes.pop(scope, None)",
+        "memory = self._scopes.get(scope)",
         "unit",
         "a scope's use does not make it the most recent: the busiest tenant's memory is the first dropped",
         first="tests/unit/test_scopes.py",
