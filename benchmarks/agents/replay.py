@@ -3,6 +3,11 @@
 freshly started with the same command line, runs alternating which system goes first.
 
     python benchmarks/agents/replay.py LLAMA_SERVER SESSION.jsonl [--model M] [--runs 3] [--json OUT]
+        [--systems "plookup,plookup plain,llama-server,llama-server ngram-simple 32"]
+
+A system is plookup serve (with or without drafting), llama-server at its defaults, or one of
+llama-server's n-gram drafters: "llama-server TYPE [N]", its drafts at most N long (its default
+length where N is not given), to sweep llama-server's configurations on a session.
 
 SESSION.jsonl: one request a line, ``{"path": "/v1/responses", "body": {...}}``, in the order the
 agent sent them (sessions/ holds the four clients' sessions recorded by record_proxy.py: see
@@ -13,7 +18,8 @@ agent's recorded history, not that answer, so every system sees the same prompts
 
 Per turn: the wall time, and from each server's /metrics (llama-server's names, which plookup
 serves too) the prompt tokens evaluated (a turn whose prompt extends the last one's reuses the
-cached prefix), the tokens generated, the decode calls, and the draft tokens and accepted ones.
+cached prefix), the tokens generated, the decode calls, the draft tokens and accepted ones, and
+each server's own clock of its prompt evaluation and of its generation (``prompt_s``, ``decode_s``).
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ def system_flags(system: str) -> tuple[str, list[str]]:
         return SYSTEMS[system]
     parts = system.split()
     known = 2 <= len(parts) <= 3 and parts[0] == "llama-server" and parts[1] in NGRAM_TYPES
-    if not known or not all(n.isdigit() for n in parts[2:]):
+    if not known or not all(n.isdigit() and int(n) > 0 for n in parts[2:]):
         raise SystemExit(f"unknown system {system!r}: {', '.join(SYSTEMS)}, or 'llama-server TYPE [N]' with TYPE one of "
                          f"{', '.join(NGRAM_TYPES)}")
     spec_type, length = parts[1], parts[2:]
@@ -179,7 +185,9 @@ def main() -> None:
     with open(args.session, encoding="utf-8") as f:
         session = [json.loads(line) for line in f if line.strip()]
     model = resolve_model(args.model)
-    systems = args.systems.split(",")
+    systems = [name.strip() for name in args.systems.split(",")]
+    for name in systems:
+        system_flags(name)  # a misspelt system stops the run now, not after the others have run
     record = {"model": model, "threads": THREADS, "n_ctx": args.n_ctx, "max_tokens": args.max_tokens, "session": args.session,
               "requests": len(session), "runs": []}
     for repeat in range(args.runs):
@@ -191,11 +199,11 @@ def main() -> None:
             finally:
                 process.terminate()
                 process.wait(timeout=60)
-            print(f"{system:24s} run {repeat + 1}: {summary(turns)}", flush=True)
+            print(f"{system:30s} run {repeat + 1}: {summary(turns)}", flush=True)
             record["runs"].append({"system": system, "repeat": repeat, "turns": turns})
     for system in systems:
         walls = [sum(t["seconds"] for t in r["turns"]) for r in record["runs"] if r["system"] == system]
-        print(f"{system:24s} walls {', '.join(f'{w:.1f}' for w in walls)} s, median {statistics.median(walls):.1f}"
+        print(f"{system:30s} walls {', '.join(f'{w:.1f}' for w in walls)} s, median {statistics.median(walls):.1f}"
               f"{same_text(record['runs'], system)}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
