@@ -84,3 +84,13 @@ def test_a_legacy_function_call_keeps_llama_cpps_call_shape(client):
     choice = client.post("/v1/chat/completions", json=body).json()["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["function_call"]["name"] == "say"
+
+
+def test_the_answers_logprobs_are_the_models_chat_logprobs(client, smol):
+    """Logprobs through the rendered-once path: create_chat_completion's own, token by token,
+    their bytes included (plookup.Llama adds them to a chat's logprobs; so does this path)."""
+    asked = {"logprobs": True, "top_logprobs": 2}
+    own = smol.create_chat_completion(MESSAGES, repeat_penalty=1.0, **asked, **GREEDY)
+    whole = client.post("/v1/chat/completions", json=dict(ROUTES["/v1/chat/completions"], **asked)).json()
+    assert whole["choices"][0]["logprobs"] == own["choices"][0]["logprobs"]
+    assert len(whole["choices"][0]["logprobs"]["content"]) == own["usage"]["completion_tokens"]

@@ -120,7 +120,7 @@ class PromptProbe:
         try:
             return llama_cpp.Llama.create_completion(self, *args, **kwargs)
         except PromptTokens as found:
-            found.completion = {k: v for k, v in kwargs.items() if k != "stream"}  # the request's own, later
+            found.completion = {k: v for k, v in kwargs.items() if k != "stream"}  # (Exchange.run passes it)
             raise
 
     def prompt(self, create_name: str, kwargs: dict) -> PromptTokens:
@@ -133,16 +133,20 @@ class PromptProbe:
 
 # The code of llama_cpp's chat handler for a chat template (a GGUF's Jinja, --chat-template, a
 # named format): it renders and tokenizes the prompt, hands it to create_completion, and reshapes
-# the completion as a chat, which :func:`chat_from_completion` does the same way.
+# the completion as a chat, which :func:`chat_from_completion` does the same way (its source, as
+# read, is pinned by tests/unit/test_llama_cpp_chat_handler.py).
 TEMPLATE_HANDLER = chat_formatter_to_chat_completion_handler(None).__code__
 
 
 def completes_as_template_handler(llm: Llama, kwargs: dict) -> bool:
     """Whether `llm` answers this chat with llama_cpp's template handler, reshaped as a text answer:
     not where another handler renders it (function calling formats may generate more than once)
-    or a legacy ``function_call`` names a function (a call's shape, llama_cpp's own)."""
+    or a named function is chosen, by a legacy ``function_call`` or a ``tool_choice`` (the
+    handler's answer is then a call in llama_cpp's own shape; the tool plan sets tool_choice
+    to None for the calls it parses itself)."""
     handler = llm.chat_handler or llm._chat_handlers.get(llm.chat_format) or get_chat_completion_handler(llm.chat_format)
-    return getattr(handler, "__code__", None) is TEMPLATE_HANDLER and not isinstance(kwargs.get("function_call"), dict)
+    named = isinstance(kwargs.get("function_call"), dict) or isinstance(kwargs.get("tool_choice"), dict)
+    return getattr(handler, "__code__", None) is TEMPLATE_HANDLER and not named
 
 
 def chat_from_completion(llm: Llama) -> Callable:
@@ -153,7 +157,7 @@ def chat_from_completion(llm: Llama) -> Callable:
 
     def create(stream: bool = False, **completion):
         result = llm.create_completion(**completion, stream=stream)
-        chat = with_chat_bytes(_convert_completion_to_chat(result, stream=stream))  # (no logprobs: as it was)
+        chat = with_chat_bytes(_convert_completion_to_chat(result, stream=stream))  # (without logprobs: unchanged)
         return closing_too(chat, result) if stream else chat
 
     return create
