@@ -72,7 +72,7 @@ class NgramDrafter(IndexDrafter):
     def __init__(self, n_min: int = 2, n_max: int = 8, max_draft: int = DEFAULT_MAX_DRAFT):
         index = NgramIndex(n_min=n_min, n_max=n_max)
         super().__init__(index, n_min, max_draft, continue_match=partial(ngram_continuation, index),
-                         longest_match=n_max, agreement=False)
+                         match_cap=n_max, agreement=False)
 
     def _fresh(self) -> "NgramDrafter":
         return type(self)(self.index.n_min, self.index.n_max)

@@ -50,20 +50,20 @@ class IndexDrafter(LlamaDraftModel):
     requests and a corpus where given), and the policy that sizes their best candidate into a
     draft. Built from its index and how that is read, plain values: ``continue_match(max_draft)``,
     (tokens, agree) that followed the index's match; ``runner_up(at, max_len)``, the runner-up to
-    that continuation at its token `at`, a draft's second branch (None: none); ``longest_match``,
-    the longest match the index measures, other sources' measured so too (None: no bound);
-    ``agreement``, False where the index keeps no agreement statistic, every source's every token
-    then trusted alike."""
+    that continuation at its token `at`, a draft's second branch (None: none); ``match_cap``,
+    the longest match the index measures, other sources' capped so too (None: no cap);
+    ``agreement``, False where the index keeps no agreement statistic: the other sources' tokens
+    are then trusted alike, as ``continue_match`` trusts the index's own."""
 
     index: SuffixIndex | NgramIndex
 
     def __init__(self, index, min_match: int, max_draft: int, *,
                  continue_match: Callable[[int], tuple[np.ndarray, np.ndarray]],
                  runner_up: Optional[Callable[[int, int], tuple[np.ndarray, np.ndarray]]] = None,
-                 longest_match: Optional[int] = None, agreement: bool = True):
+                 match_cap: Optional[int] = None, agreement: bool = True):
         self.index = index
         self.continue_match, self.runner_up = continue_match, runner_up
-        self.longest_match, self.agreement = longest_match, agreement
+        self.match_cap, self.agreement = match_cap, agreement
         self.policy = DraftPolicy(min_match=min_match)
         self.max_draft = check_max_draft(max_draft)
         # Whether a draft may carry a second branch: plookup.Llama turns it off where two-branch
@@ -212,8 +212,8 @@ class IndexDrafter(LlamaDraftModel):
         best_length, best = length, None
         for source, cursor in self._sources():
             found = cursor.follow(self.index.tokens)
-            if self.longest_match is not None:
-                found = min(found, self.longest_match)  # measured as the index measures its own
+            if self.match_cap is not None:
+                found = min(found, self.match_cap)  # measured as the index measures its own
             if found > best_length and found >= min_match:
                 tokens, agree = cursor.continuation(max_draft)
                 if tokens.size:

@@ -4,8 +4,8 @@ It is composed of parts, one job each, each testable alone (tests/unit/test_engi
 context handle, the one place that calls llama.cpp (:class:`~.handle.ContextHandle`, its
 ``roll_back`` the one roll-back of a sequence); the step that advances every generation
 (:class:`~.step.Step`, ``engine.step``: the one place that counts its decodes and rows, keeps
-its trace and knows whether shared steps are exact); each generation's verdict on its rows (:class:`~.verdicts.Verdicts`). The
-engine is itself the third part, requests onto slots and back, taking turns on the context
+its trace and knows whether shared steps are exact); each generation's verdict on its rows
+(:class:`~.verdicts.Verdicts`). The engine is itself the third part, requests onto slots and back, taking turns on the context
 (:class:`~.admission.Admission` over :class:`~.turns.Turns`): what ``plookup.Llama`` calls is
 Admission's. Here: the slots the parts share, the parts wired over them, and what only the whole
 engine can do (:meth:`Engine.evaluate_afresh`).
