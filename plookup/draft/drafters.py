@@ -9,10 +9,7 @@ answering the same calls (listed there), so the decoder never knows which one it
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Optional
-
-import numpy as np
 
 from ..index.corpus import CorpusIndex
 from ..index.memory import GlobalMemory
@@ -41,7 +38,7 @@ class SuffixDrafter(IndexDrafter):
     def __init__(self, min_match: int = 2, memory: GlobalMemory | None = None, max_draft: int = DEFAULT_MAX_DRAFT,
                  corpus: CorpusIndex | None = None):
         index = SuffixIndex()
-        super().__init__(index, min_match, max_draft, continue_match=index.continuation, runner_up=index.alternative)
+        super().__init__(index, min_match, max_draft, runner_up=index.alternative)
         self.own_memory = memory  # drafted from unless a request brings its own (use_memory)
         self.use_memory(memory)
         self.use_corpus(corpus)
@@ -71,19 +68,10 @@ class NgramDrafter(IndexDrafter):
 
     def __init__(self, n_min: int = 2, n_max: int = 8, max_draft: int = DEFAULT_MAX_DRAFT):
         index = NgramIndex(n_min=n_min, n_max=n_max)
-        super().__init__(index, n_min, max_draft, continue_match=partial(ngram_continuation, index),
-                         match_cap=n_max, agreement=False)
+        super().__init__(index, n_min, max_draft, match_cap=n_max, agreement=False)
 
     def _fresh(self) -> "NgramDrafter":
         return type(self)(self.index.n_min, self.index.n_max)
-
-
-def ngram_continuation(index: NgramIndex, max_draft: int) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, agree): up to `max_draft` tokens that followed the most recent earlier occurrence
-    of the index's longest matching n-gram, every one trusted alike."""
-    _, end, _ = index.match()
-    tokens = index.tokens[end + 1 : end + 1 + max_draft]
-    return tokens, np.ones(len(tokens))
 
 
 DRAFTERS = {"suffix": SuffixDrafter, "ngram": NgramDrafter}

@@ -48,21 +48,20 @@ class IndexDrafter(LlamaDraftModel):
     """An index over the history (its own array, or a slot's buffer it is bound to: the one copy
     of the history), the sources matched beside it (the request's prediction; a memory of earlier
     requests and a corpus where given), and the policy that sizes their best candidate into a
-    draft. Built from its index and how that is read, plain values: ``continue_match(max_draft)``,
-    (tokens, agree) that followed the index's match; ``runner_up(at, max_len)``, the runner-up to
-    that continuation at its token `at`, a draft's second branch (None: none); ``match_cap``,
+    draft. Built from its index (whose ``continuation(max_draft)`` is the (tokens, agree) that
+    followed its match) and how that is read, plain values: ``runner_up(at, max_len)``, the
+    runner-up to that continuation at its token `at`, a draft's second branch (None: none); ``match_cap``,
     the longest match the index measures, other sources' capped so too (None: no cap);
     ``agreement``, False where the index keeps no agreement statistic: the other sources' tokens
-    are then trusted alike, as ``continue_match`` trusts the index's own."""
+    are then trusted alike, as the index trusts its own."""
 
     index: SuffixIndex | NgramIndex
 
     def __init__(self, index, min_match: int, max_draft: int, *,
-                 continue_match: Callable[[int], tuple[np.ndarray, np.ndarray]],
                  runner_up: Optional[Callable[[int, int], tuple[np.ndarray, np.ndarray]]] = None,
                  match_cap: Optional[int] = None, agreement: bool = True):
         self.index = index
-        self.continue_match, self.runner_up = continue_match, runner_up
+        self.runner_up = runner_up
         self.match_cap, self.agreement = match_cap, agreement
         self.policy = DraftPolicy(min_match=min_match)
         self.max_draft = check_max_draft(max_draft)
@@ -223,7 +222,7 @@ class IndexDrafter(LlamaDraftModel):
             return best
         if length < min_match:
             return NO_CANDIDATE
-        return Candidate(*self.continue_match(max_draft), length, REQUEST)
+        return Candidate(*self.index.continuation(max_draft), length, REQUEST)
 
     def propose(self, limit: Optional[int] = None) -> Draft:
         """A :class:`~plookup.draft.values.Draft` of at most min(max_draft, limit) tokens: the

@@ -77,3 +77,11 @@ class NgramIndex(TokenArrays):
         if n == 0:
             return 0, -1, 0
         return n, int(self._earlier[n, ngh.END]), int(self._earlier[n, ngh.COUNT])
+
+    def continuation(self, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """(draft, agree): up to `max_len` tokens that followed the most recent earlier occurrence
+        of the longest matching n-gram, as :meth:`plookup.index.suffix.SuffixIndex.continuation`
+        answers; with no agreement statistic kept, every one trusted alike (agree 1)."""
+        _, end, _ = self.match()
+        tokens = self.tokens[end + 1 : end + 1 + max_len]
+        return tokens, np.ones(len(tokens))
