@@ -5,16 +5,16 @@ context handle, the one place that calls llama.cpp (:class:`~.handle.ContextHand
 ``roll_back`` the one roll-back of a sequence); the step that advances every generation
 (:class:`~.step.Step`, ``engine.step``: the one place that counts its decodes and rows, keeps
 its trace and knows whether shared steps are exact); each generation's verdict on its rows
-(:class:`~.verdicts.Verdicts`). The engine is itself the third part, requests onto slots and back, taking turns on the context
-(:class:`~.admission.Admission` over :class:`~.turns.Turns`): what ``plookup.Llama`` calls is
-Admission's. Here: the slots the parts share, the parts wired over them, and what only the whole
-engine can do (:meth:`Engine.evaluate_afresh`).
+(:class:`~.verdicts.Verdicts`). The engine is itself the third part, requests onto slots and
+back, taking turns on the context (:class:`~.admission.Admission` over :class:`~.turns.Turns`):
+what ``plookup.Llama`` calls is Admission's. Here: the slots the parts share, the parts wired over
+them, and what only the whole engine can do (:meth:`Engine.evaluate_afresh`).
 
 Exactness: a generation that never shared a step or the cache with another sequence is decoded
-as a lone stream is. One that did is claimed exact only where the step's ``shared_exact`` says the layout
-keeps a slot's rows its lone decode (a KV stream per slot, measured by
-:func:`plookup.measure.exactness.probe_slots`); elsewhere its ``stats.exact`` becomes False, since in a
-unified cache its cells interleave with the others' and its rows round differently.
+as a lone stream is. One that did is claimed exact only where the step's ``shared_exact`` says
+the layout keeps a slot's rows its lone decode (a KV stream per slot, measured by
+:func:`plookup.measure.exactness.probe_slots`); elsewhere its ``stats.exact`` becomes False, since
+in a unified cache its cells interleave with the others' and its rows round differently.
 """
 
 from __future__ import annotations
