@@ -24,7 +24,7 @@ from plookup.app.options import add_model_options, layers_line, model_kwargs
 from .llama_vim import SYSTEMS, WORKLOADS
 from .llama_vim import cmd_editor as run
 from .llama_vim import merge, parse_list, print_tables
-from .llama_vim_session import plot_session, print_session, run_session_workload
+from .llama_vim_session import SAMPLINGS, plot_session, print_session, run_session_workload
 
 PROG = "python -m benchmarks.editors"
 
@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     editors.add_argument("--editor", metavar="LIST",
                          help=f"of {', '.join(WORKLOADS)}: fim (/infill at llama.vim's 250 and 1000 ms budgets and "
                               "without one), instruct (iterated edits on /v1/chat/completions), session (a user "
-                              "typing functions with llama.vim, its requests replayed on each system)")
+                              "typing functions with llama.vim, live on each system)")
     editors.add_argument("--llama-server", metavar="PATH", help="llama-server binary (default: from PATH)")
     editors.add_argument("--seed", type=int, default=0, help="seed of the cases and of the typing user")
     editors.add_argument("--fim-cases", type=int, default=16, metavar="N",
@@ -53,8 +53,14 @@ def parser() -> argparse.ArgumentParser:
     editors.add_argument("--instruct-turns", type=int, default=3, metavar="K",
                          help="with --editor instruct: instructions a session sends, each on the last answer "
                               "(default 3)")
-    editors.add_argument("--session-requests", type=int, metavar="N",
-                         help="with --editor session: requests the session sends (default 84)")
+    editors.add_argument("--session-tasks", type=int, metavar="N",
+                         help="with --editor session: functions the user types (default 3)")
+    editors.add_argument("--session-repeats", type=int, metavar="N",
+                         help="with --editor session: runs of each system, the order reversed every other "
+                              "(default 3)")
+    editors.add_argument("--session-sampling", type=lambda text: parse_list(text, SAMPLINGS, "--session-sampling"),
+                         metavar="LIST", help="with --editor session: of sampled (llama.vim's samplers, seeded; "
+                                              "the default), greedy")
     editors.add_argument("--editor-systems", metavar="LIST",
                          help=f"only these systems, of: {', '.join(SYSTEMS)} (e.g. to run them in turns, then "
                               "--editor-report)")

@@ -291,6 +291,11 @@ def instruct_body(messages: list[dict]) -> dict:
 # -- servers
 
 
+def flash_flag(flash_attn) -> list:
+    """llama-server's -fa for the bench's setting: "default" leaves it out (llama-server's own, auto)."""
+    return [] if flash_attn == "default" else ["-fa", "on" if flash_attn else "off"]
+
+
 class Server:
     """A server the bench started: `plookup serve` (sys.executable -m plookup.app.cli serve) or llama-server."""
 
@@ -305,7 +310,7 @@ class Server:
                 raise ValueError("no llama-server binary (give one with --llama-server PATH)")
             command = [llama_server, "-m", model_kwargs["model_path"], "--host", "127.0.0.1", "--port", str(port),
                        "-c", str(model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", "1",
-                       "-fa", "on" if model_kwargs.get("flash_attn") else "off", *kind.split()[1:]]
+                       *flash_flag(model_kwargs.get("flash_attn")), *kind.split()[1:]]
         else:
             command = [sys.executable, "-m", "plookup.app.cli", "serve", "-m", model_kwargs["model_path"],
                        "--host", "127.0.0.1", "--port", str(port), "--n-ctx", str(model_kwargs["n_ctx"]),
@@ -511,13 +516,13 @@ def merge(records: Sequence[dict]) -> dict:
         merged[key] = {}
         for record in records:
             merged[key].update(record.get(key) or {})
-    # a session's answers only where the requests were the same (the same driver's script)
+    # a session's runs only where the settings were the same (the same plan, user and seed)
     sessions = [r["session"] for r in records if r.get("session")]
     if sessions:
         first = sessions[0]
-        same = [s for s in sessions if [e["body_sha256"] for e in s["script"]] == [e["body_sha256"] for e in first["script"]]]
-        merged["session"] = dict(first, runs={k: v for s in same for k, v in s["runs"].items()},
-                                 walls={k: v for s in same for k, v in s.get("walls", {}).items()})
+        same = [s for s in sessions if s.get("settings") == first.get("settings")]
+        merged["session"] = dict(first, runs=[run for s in same for run in s.get("runs", [])],
+                                 commands={k: v for s in same for k, v in s.get("commands", {}).items()})
     return merged
 
 

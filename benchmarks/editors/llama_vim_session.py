@@ -1,70 +1,73 @@
 """`python -m benchmarks.editors --editor session`: a user typing functions into real files in Vim
-with llama.vim, and the requests llama.vim sends for it, replayed in order against each server.
+with llama.vim, live against each server: the requests llama.vim sends when it sends them, and the
+time from a key to the suggestion shown there.
 
 **The port.** llama.vim's FIM code (ggml-org/llama.vim autoload/llama.vim at a1c8e6e, its default
-g:llama_config), function by function, as the requests it sends:
+g:llama_config), function by function, run as Vim runs it (:class:`Vim` on a :class:`Loop`: the
+autocommands on the user's keys, Vim's timers, the curl jobs' callbacks):
 
-- ``s:fim_ctx_local`` (:func:`fim_ctx_local`): the 256 lines before the cursor's line and 64 after
-  it, the cursor's line up to the cursor as ``prompt`` (a line of whitespace counts as empty, at
-  indent 0); with a shown suggestion ``prev``, the context as if it were accepted.
-- ``llama#fim`` (:meth:`Vim.fim`): the ``/infill`` body (``n_predict`` 128, ``top_k`` 40, ``top_p``
-  0.90, its samplers, ``cache_prompt``, ``t_max_prompt_ms`` 500, ``t_max_predict_ms`` 250 for a
-  request without ``prev`` ("the first request is quick") and 1000 (``g:llama_config``) for the
-  speculative one, ``response_fields``, ``id_slot`` 0); no request where one of its four hashes
-  (the context, and the context less its first 1-3 prefix lines) is cached; the random chunk
-  around the cursor that evicts ring chunks more than 0.5 similar to it; the two chunks it picks
-  (the prefix beyond the 256 lines, the suffix beyond the 64) when the cursor moved more than 32
-  lines since the last pick.
-- the cache of answers (``s:cache_insert``/``s:cache_get``, 250 keys, LRU) and ``s:fim_try_hint``
-  (:meth:`Vim.try_hint`): a suggestion is shown from the cache, for the context's hash or for a
-  cached answer up to 128 characters back that the typed characters match; once shown, the
-  speculative request for the position after it (``llama#fim`` with ``prev`` = the suggestion).
-- ``s:fim_render`` (:func:`render`): the suggestion's lines, the rules that blank one repeating the
-  text after the cursor, ``can_accept``; ``llama#fim_accept('full')``.
-- the ring buffer (:class:`Ring`): ``s:pick_chunk`` (a chunk of at most 33 lines of the text it is
-  given; none of fewer than 3 lines, none already held, similar ones over 0.9 evicted or the new
-  one dropped, 16 queued at most) on BufEnter, BufLeave, BufWritePost (65 lines around the
-  cursor, not from a modified buffer) and on a yank; ``s:ring_update`` moving the oldest queued
-  chunk into the ring (16 chunks) and sending the ``n_predict: 0`` warm-up request with the new
-  ``input_extra``.
+- ``s:on_move`` on CursorMoved/CursorMovedI (hide the suggestion; in insert mode show the cache's
+  for the cursor, ``s:fim_try_hint``, and send the speculative request after it), then
+  ``llama#fim(-1, -1, ...)`` on CursorMovedI.
+- ``llama#fim`` (:meth:`Vim.fim`): **one request in flight**: while a FIM job runs, a call sets a
+  100 ms timer to call again (the newest call replaces the older timer), so a key's request waits
+  behind the speculative one still running; then no request where one of its four hashes is
+  cached; the chunk around the cursor that evicts ring chunks more than 0.5 similar to it; the
+  ``/infill`` body (``n_predict`` 128, ``top_k`` 40, ``top_p`` 0.90, samplers ``top_k, top_p,
+  infill`` and no temperature, ``t_max_predict_ms`` 250 without ``prev``, 1000 with it); the two
+  chunks it picks when the cursor moved more than 32 lines since the last pick.
+- ``s:fim_on_response`` then ``s:fim_on_exit`` (:meth:`Vim.on_response`): the answer cached under
+  the request's hashes, shown at the cursor *as it is then* if nothing acceptable is shown (a stale
+  answer is shown only where the cache lookup matches the cursor's context: the same place, or
+  up to 128 typed characters the answer foresaw), then the job slot freed.
+- ``s:fim_ctx_local``, the cache (250 keys, LRU), ``s:fim_render``, ``llama#fim_accept('full')``
+  (Tab) as before; the ring (:class:`Ring`): ``s:pick_chunk`` on BufEnter (a 100 ms timer), BufLeave,
+  BufWritePost (not from a modified buffer), TextYankPost and llama#fim's picks; ``s:ring_update``
+  every 1000 ms from llama#enable, in normal mode or after 3 s without a move in insert mode: the
+  oldest queued chunk into the ring and the ``n_predict: 0`` warm-up request, a job of its own
+  (not the FIM job: it does not block a FIM request in Vim, but it holds the server's one slot).
+- Vim's ``rand()`` (xoshiro128**, :func:`vim_rand`), seeded as ``test_srand_seed`` seeds it.
 
-The bodies are llama.vim's with the bench's two changes of :mod:`.llama_vim`: greedy sampling
-(``"temperature"`` after its samplers, temperature 0) so that systems' texts can be compared, and
-``response_fields`` asking also for the timings the bench reads (the warm-up's ``[""]`` too). The
-chunks' ``time`` (Vim's ``reltime()``) is a counter of the user's events here; servers ignore it.
+``benchmarks/editors/tests/test_llama_vim_conformance.py`` holds the port to the real plugin: the
+requests the real llama.vim sent in a real Vim (``tests/data/llama_vim/record.py``: a scripted
+scenario against a fake server) are the port's on the same scenario, every field and in order.
 
-**The user** (:func:`make_plan`, :class:`Session`). Two packages' release files
-(:mod:`plookup.app.bench.releases`); in each, functions of 4-10 lines, each a task: the user reads
-another file of the package (a visit: BufEnter at line 1, a jump to a random line, sometimes a yank of 3-10 lines there, BufLeave),
-opens the task's file cut before the function (BufEnter, the cursor on the line above), opens a new
-line (``o``) and types the function back, line by line, saves (BufWritePost). A typing event is a
-CursorMovedI: at the start of every line (after Enter) and after every ``chars`` (20) characters
-typed past the line's indentation; llama.vim's own trigger is every cursor move in insert mode,
-one request in flight at a time (a newer move waits 100 ms ticks for it, the older waits dropped),
-so on a machine where an answer takes seconds a request per few words is what it sends. At each
-event: ``s:on_move`` (the cache's suggestion and its speculative request), then ``llama#fim`` for
-the cursor; the user waits for the answers, and accepts the shown suggestion (Tab) when the text
-it writes is the text they were going to type (the function's own), else types on to the next
-event. After a function's last line the user stops (Esc, ``:w``); the session stops at
-``limit`` requests. llama.vim's ring timer moves a chunk every second in normal mode, and in
-insert mode once the cursor has not moved for 3 s: here one warm-up is sent after every event
-(typing or moving between files) while a chunk is queued, the wait for a suggestion being seconds
-on the machines this bench runs on. Everything drawn (the tasks, the visits, Vim's ``rand()``) is
-drawn from the seed.
+**The bodies** are llama.vim's (``sampling`` None: the conformance test's) with the bench's
+additions: ``"sampled"`` (the default column) adds a ``seed`` (the session's, so a system's
+sampled answers repeat) and asks for the fields the bench reads (``timings/draft_n`` and the
+like; the warm-up's too); ``"greedy"`` (the second column) also puts a temperature of 0 after its
+samplers.
 
-**The replay** (:func:`run_session`). The first system (llama-server, as llama.vim recommends it:
-``-ub 1024 -b 1024 --cache-reuse 256``) runs the session live: its answers decide what the user
-sees and accepts, hence which requests follow. Its request sequence is then sent, in order and
-unchanged, to every other system, each on a freshly started server with the same flags. Per
-system: the end-to-end time of each FIM request (time to suggestion), median and p90, for the
-first requests at a position and for the speculative ones; the prompt tokens evaluated
-(``timings/prompt_n``) over FIM requests and over warm-ups; and the tokens shown within the budget.
-llama.vim has no client-side timeout (its curl runs until the server answers) and llama-server
-does not implement ``t_max_prompt_ms``; ``t_max_predict_ms`` ends the generation at the first line
-end after it. So a suggestion arrives however late, and is shown if the cursor is still there: the
-budget here is the one llama.vim asks for, ``t_max_prompt_ms`` + ``t_max_predict_ms`` (750 ms for a
-first request, 1500 ms for a speculative one), and "tokens in budget" are the ``predicted_n`` of
-the answers that arrived within it.
+**The user** (:class:`Typist`, :func:`make_plan`). Release files of two packages
+(:mod:`plookup.app.bench.releases`); in each, functions of 4-10 lines, each a task (the first
+``tasks`` of them are typed): the user reads another file of the package (``:edit``, a jump,
+sometimes a yank of 3-10 lines), opens the task's file with the function cut out, goes to the line
+above it, ``o``, and types the function back: a character every KEY_MS (120-280 ms: 60 words a
+minute), Enter with the next line's indentation at once (as autoindent would put it; the first
+line's indentation too), a pause of LINE_PAUSE_MS (0.8-2.5 s) at each line's start; REACTION_MS
+(400 ms) after a suggestion is shown, it presses Tab if the suggestion writes what it was going to
+type. The user never waits for a server: keys keep coming while a request runs. Then Esc, ``:w``.
+Every delay is drawn from the seed and the user's place in the function (not from what happened
+before), so two systems' users type alike wherever their texts agree.
+
+**Comparable across systems.** Sampled answers differ between systems, so no system's request
+sequence can stand for another's: each system drives its own session, live, with the same seed
+(the same plan, the same Vim ``rand()``, the same user's delays, the same sampling seed in every
+body). Where suggestions differ, what the user accepts and so the requests differ: the record
+keeps each run's requests and positions, and the table the suggestions accepted.
+
+**The figure** is the time to a *shown* suggestion: at every cursor position the user's key makes
+in insert mode, from that key to the suggestion an answer shows there (whichever request's answer
+it is: the position's own, or one that foresaw the typed characters), median and p90 a run,
+counted where one is shown before the user moves on; positions the cache shows at once and
+positions left without a suggestion are counted beside it. Also per run: the requests by kind,
+how long a first request waited in Vim for the job in flight, the FIM requests sent while a warm-up
+held the server. llama.vim has no client-side timeout (curl runs until the server answers) and
+llama-server does not implement ``t_max_prompt_ms``; ``t_max_predict_ms`` ends the generation at
+the first line end after it.
+
+The earlier replay (the driver system's requests sent one after another to each server) is gone:
+it had the user wait for every answer, which llama.vim's user does not.
 
 Positions are in characters where Vim counts bytes (``col('.')``, ``strpart``): the same for the
 ASCII source files used here.
@@ -73,9 +76,11 @@ ASCII source files used here.
 from __future__ import annotations
 
 import hashlib
-import json
+import heapq
+import queue
 import random
 import re
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -86,8 +91,8 @@ from plookup.app.tables import grid
 from .llama_vim import (
     N_PREFIX,
     N_SUFFIX,
+    RESPONSE_FIELDS,
     RING_CHUNK_SIZE,
-    T_MAX_PROMPT_MS,
     Server,
     functions,
     infill_body,
@@ -102,14 +107,22 @@ MAX_CACHE_KEYS = 250
 RING_N_CHUNKS = 16
 RING_SCOPE = 1024
 RING_QUEUE = 16  # s:pick_chunk: "TODO: become parameter ?"
+RING_UPDATE_MS = 1000  # s:ring_update's timer
+RING_IDLE_MS = 3000  # ... which in insert mode waits for the cursor to rest this long
+FIM_RETRY_MS = 100  # llama#fim's timer while a request is in flight
+BUF_ENTER_MS = 100  # BufEnter's pick_chunk timer
 LOOKBACK = 128  # s:fim_try_hint: characters behind the cursor
 PICK_DISTANCE = 32  # llama#fim picks chunks when the cursor moved more lines than this
 EVICT_SIMILAR, DROP_SIMILAR = 0.5, 0.9  # llama#fim's and s:pick_chunk's similarity bounds
 WARM_UP_FIELDS = ["timings/prompt_n", "timings/prompt_ms", "tokens_cached"]  # what the bench reads of a warm-up
+SAMPLINGS = ("sampled", "greedy")  # the bench's columns: llama.vim's samplers (seeded), and greedy
 
 # The user model
-DEFAULT_REQUESTS = 84
-CHARS_PER_EVENT = 20
+KEY_MS = (120, 280)
+LINE_PAUSE_MS = (800, 2500)
+READ_MS = (1500, 3000)
+REACTION_MS = 400
+DEFAULT_TASKS, DEFAULT_REPEATS = 3, 3
 FUNCTION_LINES = (4, 10)
 MIN_LINES_BEFORE = 120  # a function this far into its file: the 256-line window and the ring's picks at work
 MIN_LINES_AFTER = 70
@@ -127,8 +140,7 @@ SESSION_SYSTEMS = {
     "plookup plain": (f"plookup serve {SERVER_FLAGS}", {"speculative": {"n_max": 0}}),
     "plookup --no-memory": (f"plookup serve --no-memory {SERVER_FLAGS}", {}),
 }
-SESSION_DEFAULT_SYSTEMS = ("llama-server", "llama-server ngram-mod", "plookup")
-KINDS = ("first", "speculative", "warm-up")
+SESSION_DEFAULT_SYSTEMS = ("llama-server", "plookup")
 
 
 # -- Vim's side: a buffer
@@ -246,7 +258,7 @@ def take_chunk(text: Sequence[str], rand: Callable[[int, int], int]) -> list:
 class Chunk:
     data: list  # its lines
     text: str  # joined, a newline after each
-    time: int
+    time: int  # ms on the loop's clock
     filename: str
 
 
@@ -291,22 +303,34 @@ class Ring:
 
     def extra(self) -> list:
         """s:ring_get_extra."""
-        return [{"text": c.text, "time": [c.time, 0], "filename": c.filename} for c in self.chunks]
+        return [{"text": c.text, "time": [c.time // 1000, c.time % 1000 * 1000], "filename": c.filename}
+                for c in self.chunks]  # (reltime()'s [seconds, microseconds]; servers ignore it)
 
 
-def fim_body(ctx: dict, extra: list, t_max_predict_ms: int) -> dict:
-    """llama#fim's request, greedy (see the module's docstring); `model` is there because
-    llama.vim tests ``len("g:llama_config.model_fim")``, the name's length, and sends its empty default."""
+def fim_body(ctx: dict, extra: list, t_max_predict_ms: int, sampling: Optional[str] = None, seed: int = 0) -> dict:
+    """llama#fim's request as llama.vim sends it (`sampling` None), or the bench's: ``"sampled"``
+    adds a ``seed`` and the fields the bench reads, ``"greedy"`` also a temperature of 0 after its
+    samplers (see the module's docstring). `model` is there because llama.vim tests
+    ``len("g:llama_config.model_fim")``, the name's length, and sends its empty default."""
     body = infill_body(ctx["prefix"], ctx["suffix"], extra, ctx["middle"], ctx["indent"], t_max_predict_ms)
-    return {**body, "model": ""}
+    body = {**body, "model": ""}
+    if sampling != "greedy":  # llama.vim's samplers, no temperature sampler
+        del body["temperature"]
+        body["samplers"] = [s for s in body["samplers"] if s != "temperature"]
+    if sampling is None:
+        body["response_fields"] = list(RESPONSE_FIELDS)
+    else:
+        body["seed"] = seed
+    return body
 
 
-def warm_up_body(extra: list) -> dict:
+def warm_up_body(extra: list, sampling: Optional[str] = None) -> dict:
     """s:ring_update's request: the ring's chunks, nothing to predict."""
+    fields = [""] if sampling is None else [""] + WARM_UP_FIELDS
     return {
         "id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": extra, "prompt": "", "n_predict": 0,
         "temperature": 0.0, "samplers": [], "stream": False, "cache_prompt": True, "t_max_prompt_ms": 1,
-        "t_max_predict_ms": 1, "response_fields": [""] + WARM_UP_FIELDS, "model": "",
+        "t_max_predict_ms": 1, "response_fields": fields, "model": "",
     }
 
 
@@ -359,48 +383,201 @@ def accepted_lines(fim_data: dict) -> Optional[list]:
     return [head + content[0], *content[1:]]
 
 
-# -- the requests
+
+
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """The q-quantile (0..1) by linear interpolation between the sorted values (numpy's default)."""
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    position = q * (len(values) - 1)
+    low = int(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+
+def vim_rand(seed: int) -> Callable[[int, int], int]:
+    """s:rand(i0, i1) over Vim's rand(): xoshiro128** seeded by splitmix32 from `seed` (Vim's
+    ``test_srand_seed(seed)``; unseeded, Vim draws the seed from /dev/urandom)."""
+    mask = 0xFFFFFFFF
+    x = [seed & mask]
+
+    def splitmix32() -> int:
+        x[0] = (x[0] + 0x9E3779B9) & mask
+        z = x[0]
+        z = ((z ^ (z >> 16)) * 0x85EBCA6B) & mask
+        z = ((z ^ (z >> 13)) * 0xC2B2AE35) & mask
+        return z ^ (z >> 16)
+
+    state = [splitmix32() for _ in range(4)]
+
+    def rotl(v: int, k: int) -> int:
+        return ((v << k) | (v >> (32 - k))) & mask
+
+    def rand() -> int:
+        a, b, c, d = state
+        result = (rotl((b * 5) & mask, 7) * 9) & mask
+        t = (b << 9) & mask
+        c ^= a
+        d ^= b
+        b ^= c
+        a ^= d
+        c ^= t
+        d = rotl(d, 11)
+        state[:] = [a, b, c, d]
+        return result
+
+    return lambda i0, i1: i0 + rand() % (i1 - i0 + 1)
+
+
+# -- Vim's clock and llama.vim's curl jobs
+
+
+class Loop:
+    """Vim's main loop as the port needs it: timers and job callbacks, run in time order between
+    the user's keys (ms). Virtual (the tests': time jumps to the next event) or real time (the
+    bench's: the wall clock since the start, answers taken from the server threads as they come)."""
+
+    def __init__(self, realtime: bool = False):
+        self.realtime = realtime
+        self._heap: list = []
+        self._seq = 0
+        self._cancelled: set = set()
+        self._t0 = time.perf_counter()
+        self._now = 0.0
+        self._inbox: queue.Queue = queue.Queue()
+
+    @property
+    def now(self) -> float:
+        return (time.perf_counter() - self._t0) * 1000 if self.realtime else self._now
+
+    def at(self, t: float, fn: Callable[[], None]) -> int:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, fn))
+        return self._seq
+
+    def later(self, ms: float, fn: Callable[[], None]) -> int:
+        """timer_start(ms, fn)"""
+        return self.at(self.now + ms, fn)
+
+    def cancel(self, timer: Optional[int]) -> None:
+        """timer_stop()"""
+        if timer is not None:
+            self._cancelled.add(timer)
+
+    def deliver(self, fn: Callable[[], None]) -> None:
+        """From another thread: run `fn` in the loop as soon as it can (a job's output)."""
+        self._inbox.put(fn)
+
+    def _next_timer(self) -> float:
+        while self._heap and self._heap[0][1] in self._cancelled:
+            self._cancelled.discard(heapq.heappop(self._heap)[1])
+        return self._heap[0][0] if self._heap else float("inf")
+
+    def run_until(self, t: float) -> None:
+        """Run every timer and callback due up to time `t` (in real time: until then)."""
+        while True:
+            due = self._next_timer()
+            if self.realtime:
+                wait = (min(due, t) - self.now) / 1000
+                try:
+                    fn = self._inbox.get(timeout=wait) if wait > 0 else self._inbox.get_nowait()
+                    fn()
+                    continue
+                except queue.Empty:
+                    pass
+                if due <= t and due <= self.now:
+                    heapq.heappop(self._heap)[2]()
+                    continue
+                if self.now >= t:
+                    return
+            else:
+                if due > t:
+                    self._now = max(self._now, t)
+                    return
+                _, _, fn = heapq.heappop(self._heap)
+                self._now = max(self._now, due)
+                fn()
+
+
+class FakeSlot:
+    """A server of one slot on the virtual clock: a request waits for the one before it, then
+    takes `delay(body)` ms and answers `answer(body)` (the tests' server)."""
+
+    def __init__(self, loop: Loop, answer: Callable[[dict], dict], delay: Callable[[dict], float]):
+        self.loop, self.answer, self.delay = loop, answer, delay
+        self.free = 0.0
+
+    def post(self, body: dict, done: Callable[[dict], None]) -> None:
+        self.free = max(self.loop.now, self.free) + self.delay(body)
+        self.loop.at(self.free, lambda: done(self.answer(body)))
+
+
+class HttpJobs:
+    """llama.vim's curl jobs against a started server, in real time: each request on a thread of
+    its own, as each curl is a process of its own (the server queues them on its one slot)."""
+
+    def __init__(self, loop: Loop, server, extra: Optional[dict] = None):
+        self.loop, self.server, self.extra = loop, server, extra or {}
+
+    def post(self, body: dict, done: Callable[[dict], None]) -> None:
+        def work() -> None:
+            try:
+                answer, _ = self.server.post("/infill", {**body, **self.extra})
+            except Exception as error:  # (curl's failure: llama.vim shows nothing)
+                answer = {"error": str(error)}
+            self.loop.deliver(lambda: done(answer))
+
+        threading.Thread(target=work, daemon=True).start()
+
+
+# -- llama.vim in a Vim
 
 
 @dataclass
 class Request:
     kind: str  # "first" (llama#fim without prev), "speculative" (with prev), "warm-up" (s:ring_update)
     body: dict
-    where: dict = field(default_factory=dict)  # the task, the characters typed, the cursor
+    t_sent: float = 0.0  # ms
+    origin: Optional[float] = None  # the user's key that asked for it (a FIM request), ms
     hashes: tuple = ()
     prev: tuple = ()
-
-
-class SessionFull(Exception):
-    """The session sent its `limit` requests."""
-
-
-Answers = Generator[Request, dict, None]
+    t_answer: Optional[float] = None
+    answer: dict = field(default_factory=dict)
 
 
 class Vim:
-    """llama.vim's state in one Vim: the ring, the cache, the shown suggestion, Vim's rand()."""
+    """One Vim with llama.vim (its defaults): the buffers, the mode, the cursor, and the plugin's
+    state (the ring, the cache, the shown suggestion, the job in flight and the retry timer),
+    its functions run on `loop` as Vim runs them (autocommands on the user's keys, timers, job
+    callbacks). `jobs` takes the requests; `files` is the disk (name -> text)."""
 
-    def __init__(self, rng: random.Random, limit: int):
-        self.rng, self.limit = rng, limit
+    def __init__(self, loop: Loop, jobs, files: dict, rand: Callable[[int, int], int],
+                 sampling: Optional[str] = None, seed: int = 0):
+        self.loop, self.jobs, self.files, self.rand = loop, jobs, files, rand
+        self.sampling, self.seed = sampling, seed
         self.ring = Ring()
         self.cache: OrderedDict[str, dict] = OrderedDict()
         self.hint_shown = False
         self.fim_data: dict = {}
         self.indent_last = -1
         self.pos_y_pick = -9999
+        self.t_last_move = 0.0
+        self.timer_fim: Optional[int] = None
+        self.job_fim: Optional[Request] = None
+        self.buffers: dict[str, Buffer] = {}
         self.buffer: Optional[Buffer] = None
-        self.clock = 0  # the user's events, as the chunks' `time`
-        self.where: dict = {}
-        self.sent = 0
-
-    def rand(self, i0: int, i1: int) -> int:
-        return self.rng.randint(i0, i1)
+        self.mode = "n"
+        self.sent: list[Request] = []
+        # the user's cursor positions in insert mode: [key time, buffer, y, x, shown at, by]
+        self.positions: list = []
+        self.on_shown: Optional[Callable[[], None]] = None  # (the simulated user looks)
 
     # the cache (s:cache_insert, s:cache_get)
 
     def cache_insert(self, key: str, value: dict) -> None:
-        if len(self.cache) > MAX_CACHE_KEYS - 1:
+        if len(self.cache) > MAX_CACHE_KEYS - 1:  # (llama.vim evicts even when the key is there)
             self.cache.popitem(last=False)
         self.cache[key] = value
         self.cache.move_to_end(key)
@@ -411,52 +588,69 @@ class Vim:
         self.cache.move_to_end(key)
         return self.cache[key]
 
-    # sending
+    # jobs
 
-    def send(self, request: Request) -> Generator[Request, dict, dict]:
-        if self.sent >= self.limit:
-            raise SessionFull
-        self.sent += 1
-        request.where = dict(self.where)
-        answer = yield request
-        return answer or {}
+    def send(self, request: Request, done: Optional[Callable[[dict], None]] = None) -> None:
+        request.t_sent = self.loop.now
+        self.sent.append(request)
+
+        def answered(answer: dict) -> None:
+            request.t_answer, request.answer = self.loop.now, answer
+            if done is not None:
+                done(answer)
+
+        self.jobs.post(request.body, answered)
 
     # the ring
 
+    def enable(self) -> None:
+        """llama#enable: the ring's timer starts (and ticks at once)."""
+        self.ring_update()
+
     def pick_chunk(self, text: Sequence[str], no_mod: bool, do_evict: bool) -> bool:
         buf = self.buffer
-        if no_mod and (buf is None or buf.modified):
+        if buf is None or (no_mod and (buf.modified or buf.name not in self.files)):
             return False
-        return self.ring.pick(text, buf.name if buf else "", self.clock, do_evict, self.rand)
+        return self.ring.pick(text, buf.name, int(self.loop.now), do_evict, self.rand)
 
-    def ring_update(self) -> Answers:
-        """The timer's tick: a queued chunk into the ring, and the warm-up request."""
+    def ring_update(self) -> None:
+        """s:ring_update, every RING_UPDATE_MS: in normal mode or after RING_IDLE_MS without a move,
+        the oldest queued chunk into the ring, and the warm-up request (no callback)."""
+        self.loop.later(RING_UPDATE_MS, self.ring_update)
+        if self.mode != "n" and self.loop.now - self.t_last_move < RING_IDLE_MS:
+            return
         if self.ring.update():
-            yield from self.send(Request("warm-up", warm_up_body(self.ring.extra())))
+            self.send(Request("warm-up", warm_up_body(self.ring.extra(), self.sampling)))
 
     # FIM
 
     def hide(self) -> None:
+        """llama#fim_hide"""
         self.hint_shown = False
 
-    def on_move(self) -> Answers:
-        """s:on_move (CursorMovedI): hide the suggestion, show the cache's for the cursor."""
-        self.clock += 1
+    def on_move(self) -> None:
+        """s:on_move (CursorMoved, CursorMovedI)"""
+        self.t_last_move = self.loop.now
         self.hide()
-        yield from self.try_hint(self.buffer.x, self.buffer.y)
+        self.try_hint(self.buffer.x, self.buffer.y)
 
-    def fim(self, pos_x: int, pos_y: int, is_auto: bool, prev: Sequence[str], use_cache: bool) -> Answers:
-        """llama#fim (its request in flight finished first: the bench waits for every answer)."""
+    def fim(self, pos_x: int, pos_y: int, is_auto: bool, prev: Sequence[str], use_cache: bool,
+            origin: Optional[float] = None) -> None:
+        """llama#fim: with a request in flight, again in FIM_RETRY_MS (the newest call only)."""
         buf = self.buffer
-        ctx = fim_ctx_local(buf, pos_x, pos_y, prev, self.indent_last)
+        if self.job_fim is not None:
+            self.loop.cancel(self.timer_fim)
+            self.timer_fim = self.loop.later(FIM_RETRY_MS, lambda: self.fim(pos_x, pos_y, True, prev, use_cache, origin))
+            return
+        x = buf.x if pos_x < 0 else pos_x
+        y = buf.y if pos_y < 0 else pos_y
+        ctx = fim_ctx_local(buf, x, y, prev, self.indent_last)
         if is_auto and len(ctx["line_cur_suffix"]) > MAX_LINE_SUFFIX:
             return
         t_max_predict_ms = T_MAX_PREDICT_MS if prev else T_FIRST_PREDICT_MS
         hashes = context_hashes(ctx["prefix"], ctx["middle"], ctx["suffix"])
-        if use_cache:
-            for key in hashes:
-                if self.cache_get(key) is not None:
-                    return
+        if use_cache and any(self.cache_get(key) is not None for key in hashes):
+            return
         self.indent_last = ctx["indent"]
         # a chunk around the cursor: ring chunks like it would make the model repeat the text there
         half = RING_CHUNK_SIZE // 2
@@ -465,26 +659,29 @@ class Vim:
             if chunk_sim(self.ring.chunks[i].data, near) > EVICT_SIMILAR:
                 del self.ring.chunks[i]
                 self.ring.n_evict += 1
-        request = Request("speculative" if prev else "first", fim_body(ctx, self.ring.extra(), t_max_predict_ms),
-                          hashes=tuple(hashes), prev=tuple(prev))
-        # (the picks run once the request is sent, before its answer comes back)
-        if is_auto and abs(pos_y - self.pos_y_pick) > PICK_DISTANCE:
+        body = fim_body(ctx, self.ring.extra(), t_max_predict_ms, self.sampling, self.seed)
+        request = Request("speculative" if prev else "first", body, origin=origin, hashes=tuple(hashes),
+                          prev=tuple(prev))
+        self.job_fim = request
+        self.send(request, lambda answer: self.on_response(request, answer))
+        if is_auto and abs(y - self.pos_y_pick) > PICK_DISTANCE:
             last = buf.last
-            self.pick_chunk(buf.getlines(max(1, pos_y - RING_SCOPE), max(1, pos_y - N_PREFIX)), False, False)
-            self.pick_chunk(buf.getlines(min(last, pos_y + N_SUFFIX), min(last, pos_y + N_SUFFIX + RING_CHUNK_SIZE)),
+            self.pick_chunk(buf.getlines(max(1, y - RING_SCOPE), max(1, y - N_PREFIX)), False, False)
+            self.pick_chunk(buf.getlines(min(last, y + N_SUFFIX), min(last, y + N_SUFFIX + RING_CHUNK_SIZE)),
                             False, False)
-            self.pos_y_pick = pos_y
-        answer = yield from self.send(request)
-        yield from self.on_response(request, answer)
+            self.pos_y_pick = y
 
-    def on_response(self, request: Request, answer: dict) -> Answers:
-        """s:fim_on_response: cache the answer under every hash; show it where nothing is shown."""
-        if not isinstance(answer.get("content"), str):
-            return
-        for key in request.hashes:
-            self.cache_insert(key, {"content": answer["content"]})
-        if not self.hint_shown or not self.fim_data.get("can_accept"):
-            yield from self.try_hint(self.buffer.x, self.buffer.y)
+    def on_response(self, request: Request, answer: dict) -> None:
+        """s:fim_on_exit (no job in flight), then s:fim_on_response: cache the answer under every
+        hash; show it where nothing acceptable is shown. (In that order: in the recording the
+        speculative request leaves ~20 ms after the answer, not a 100 ms retry later: curl has
+        exited when Vim hands over its output, which has no line end.)"""
+        self.job_fim = None
+        if isinstance(answer.get("content"), str):
+            for key in request.hashes:
+                self.cache_insert(key, {"content": answer["content"]})
+            if not self.hint_shown or not self.fim_data.get("can_accept"):
+                self.try_hint(self.buffer.x, self.buffer.y, request)
 
     def lookup(self, pos_x: int, pos_y: int) -> Optional[dict]:
         """s:fim_try_hint's search of the cache: the context's answer, else one cached up to 128
@@ -507,17 +704,132 @@ class Vim:
                     best, found = len(rest), {"content": rest}
         return found
 
-    def try_hint(self, pos_x: int, pos_y: int) -> Answers:
-        """s:fim_try_hint: show the cache's suggestion, then the speculative request after it."""
+    def try_hint(self, pos_x: int, pos_y: int, answered: Optional[Request] = None) -> None:
+        """s:fim_try_hint (insert mode only): show the cache's suggestion, then the speculative
+        request after it."""
+        if self.mode != "i":
+            return
         found = self.lookup(pos_x, pos_y)
         if found is None:
             return
         self.fim_data = render(self.buffer, pos_x, pos_y, found["content"])
         self.hint_shown = True
-        yield from self.fim(pos_x, pos_y, True, self.fim_data["content"], True)
+        if self.positions and self.positions[-1][4] is None:
+            self.positions[-1][4:] = [self.loop.now, answered.kind if answered is not None else "cache"]
+        if self.on_shown is not None:
+            self.on_shown()
+        self.fim(pos_x, pos_y, True, self.fim_data["content"], True, origin=self.loop.now)
+
+    # the keys (Vim's editing, and the autocommands llama.vim hooks)
+
+    def _moved_insert(self) -> None:
+        """CursorMovedI: s:on_move, then llama#fim for the cursor."""
+        buf = self.buffer
+        self.positions.append([self.loop.now, buf.name, buf.y, buf.x, None, None])
+        self.on_move()
+        self.fim(-1, -1, True, [], True, origin=self.loop.now)
+
+    def open(self, name: str) -> None:
+        """``:edit name``: BufLeave's chunk, BufEnter's (a timer of BUF_ENTER_MS), CursorMoved."""
+        if self.buffer is not None:
+            self.pick_chunk(self.buffer.around_cursor(), True, True)
+        if name not in self.buffers:  # (a buffer opened before keeps its cursor)
+            self.buffers[name] = Buffer(name, self.files[name].split("\n")[:-1] if self.files[name].endswith("\n")
+                                        else self.files[name].split("\n"))
+        self.buffer = self.buffers[name]
+        self.loop.later(BUF_ENTER_MS, lambda: self.pick_chunk(self.buffer.around_cursor(), True, True))
+        self.on_move()
+
+    def goto(self, line: int) -> None:
+        """``{line}G``: to the line's first non-blank ('startofline')."""
+        buf = self.buffer
+        buf.y = min(max(1, line), buf.last)
+        text = buf.line(buf.y)
+        buf.x = indent_of(text) if text.strip() else max(0, len(text) - 1)
+        self.on_move()
+
+    def yank(self, n: int) -> None:
+        """``{n}yy``: TextYankPost's chunk of the lines."""
+        buf = self.buffer
+        self.pick_chunk(buf.getlines(buf.y, buf.y + n - 1), False, True)
+
+    def open_below(self) -> None:
+        """``o``: a new line below, insert mode (no autoindent)."""
+        buf = self.buffer
+        buf.lines.insert(buf.y, "")
+        buf.y, buf.x, buf.modified, self.mode = buf.y + 1, 0, True, "i"
+        self._moved_insert()
+
+    def type(self, text: str) -> None:
+        """Characters typed in insert mode at once (one key, or what autoindent puts)."""
+        buf = self.buffer
+        line = buf.line(buf.y)
+        buf.lines[buf.y - 1] = line[: buf.x] + text + line[buf.x:]
+        buf.x += len(text)
+        buf.modified = True
+        self._moved_insert()
+
+    def enter(self, indent: str = "") -> None:
+        """Enter in insert mode; `indent`, the next line's indentation put at once (as autoindent would)."""
+        buf = self.buffer
+        line = buf.line(buf.y)
+        buf.lines[buf.y - 1: buf.y] = [line[: buf.x], indent + line[buf.x:]]
+        buf.y, buf.x, buf.modified = buf.y + 1, len(indent), True
+        self._moved_insert()
+
+    def esc(self) -> None:
+        """Esc: InsertLeavePre hides the suggestion; normal mode, the cursor a column left (CursorMoved)."""
+        self.hide()
+        self.mode = "n"
+        if self.buffer.x > 0:
+            self.buffer.x -= 1
+            self.on_move()
+
+    def tab(self) -> bool:
+        """Tab: with a suggestion shown, llama.vim's mapping (``<C-O>`` llama#fim_accept('full'):
+        the lines, the cursor after them, then the moves Vim reports); else a tab typed.
+        Whether a suggestion was accepted."""
+        if not self.hint_shown:
+            self.type("\t")
+            return False
+        buf, data = self.buffer, self.fim_data
+        lines = accepted_lines(data)
+        if lines is not None:
+            y = data["pos_y"]
+            buf.lines[y - 1: y] = lines
+            content = data["content"]
+            if len(content) == 1:
+                buf.y, buf.x = y, data["pos_x"] + len(content[0])
+            else:
+                buf.y, buf.x = y + len(content) - 1, len(content[-1])
+            buf.modified = True
+        self.hide()
+        self.mode = "n"  # (<C-O>: CursorMoved in Insert-normal mode, where llama.vim shows nothing)
+        self.on_move()
+        self.mode = "i"
+        self._moved_insert()
+        return lines is not None
+
+    def write(self) -> None:
+        """``:w``: BufWritePost's chunk around the cursor."""
+        self.buffer.modified = False
+        self.files[self.buffer.name] = "\n".join(self.buffer.lines) + "\n"
+        self.pick_chunk(self.buffer.around_cursor(), True, True)
+
+
+def play(vim: Vim, steps: Sequence[dict]) -> None:
+    """Schedule a scripted scenario's steps (``{"t": ms, "action": [name, arg]}``, record.py's)
+    on `vim`'s loop, llama.vim enabled at time 0."""
+    vim.loop.at(0, vim.enable)
+    actions = {"open": vim.open, "goto": vim.goto, "yank": vim.yank, "o": vim.open_below, "type": vim.type,
+               "enter": vim.enter, "esc": vim.esc, "tab": vim.tab, "write": vim.write, "quit": lambda: None}
+    for step in steps:
+        name, *args = step["action"]
+        vim.loop.at(step["t"], lambda f=actions[name], a=args: f(*a))
 
 
 # -- the user
+
 
 
 @dataclass(frozen=True)
@@ -581,384 +893,329 @@ def make_plan(packages: dict, seed: int, n_packages: int = SESSION_PACKAGES,
     return plan
 
 
-def event_offsets(text: str, chars: int = CHARS_PER_EVENT) -> list:
-    """Where the typist's events fall in `text` (offsets: characters typed): each line's start,
-    and every `chars` characters typed past its indentation, inside the line."""
-    offsets, start = [], 0
-    for line in text.split("\n"):
-        offsets.append(start)
-        indent = indent_of(line)
-        k = 1
-        while indent + k * chars < len(line):
-            offsets.append(start + indent + k * chars)
-            k += 1
-        start += len(line) + 1
-    return offsets
 
 
-class Session:
-    """The user's session (:func:`make_plan`'s tasks) in a :class:`Vim`: :meth:`requests` yields
-    each request and takes its answer (the server's JSON, `content` read); up to `limit`."""
+def function_edit(files: dict, task: Task) -> tuple[str, str]:
+    """The task's file as the user finds it (the function cut out) and the function's text."""
+    lines = files[task.path].splitlines()
+    return "\n".join(lines[: task.first] + lines[task.end:]) + "\n", "\n".join(lines[task.first: task.end])
 
-    def __init__(self, plan: Sequence[Task], packages: dict, seed: int, limit: int = DEFAULT_REQUESTS,
-                 chars: int = CHARS_PER_EVENT):
-        self.plan, self.packages, self.limit, self.chars = list(plan), packages, limit, chars
-        self.vim = Vim(random.Random(f"llama.vim rand {seed}"), limit)
-        self.accepted = 0  # suggestions accepted
-        self.events = 0  # typing events
-        self.typed = 0  # characters the user typed (not accepted)
-        self.completed = 0  # functions written
 
-    def requests(self) -> Answers:
+def user_delay(seed: int, task: int, typed: int, bounds: tuple) -> float:
+    """A delay of the user's, drawn from their place in the session (not from what came before, so
+    that systems whose suggestions differ still get the same user wherever they type the same)."""
+    return random.Random(f"user {seed} {task} {typed}").uniform(*bounds)
+
+
+class Typist:
+    """The simulated user (see the module's docstring) at `vim`: :meth:`start` on its loop, then
+    `done` once the plan is written."""
+
+    def __init__(self, vim: Vim, plan: Sequence[Task], packages: dict, seed: int):
+        self.vim, self.plan, self.packages, self.seed = vim, list(plan), packages, seed
+        self.done = False
+        self.accepted = 0  # suggestions accepted (Tab)
+        self.keys = 0  # characters, Enters and Tabs sent
+        self.typed = 0  # characters typed (not accepted)
+        self.completed = 0
+        self.typing: Optional[list] = None  # [task, the function's text, characters in the buffer]
+        self.timer: Optional[int] = None
+        self.steps = self.script()
+        vim.on_shown = self.look
+
+    def start(self) -> None:
+        self.step()
+
+    def step(self) -> None:
         try:
-            yield from self.run()
-        except SessionFull:
+            delay = next(self.steps)
+        except StopIteration:
+            self.done = True
             return
+        self.timer = self.vim.loop.later(delay, self.step)
 
-    def tick(self) -> Answers:
-        """Between two of the user's events: the ring's timer, where a chunk is queued."""
-        yield from self.vim.ring_update()
+    def look(self) -> None:
+        """A suggestion was shown: read it, REACTION_MS."""
+        if self.typing is not None:
+            self.vim.loop.later(REACTION_MS, self.consider)
 
-    def switch(self, buf: Buffer) -> Answers:
-        """Leave the current buffer (BufLeave), enter `buf` (BufEnter's pick, 100 ms later)."""
+    def consider(self) -> None:
+        """Accept the suggestion shown (Tab) where it writes what the user was going to type."""
         vim = self.vim
-        if vim.buffer is not None:
-            vim.pick_chunk(vim.buffer.around_cursor(), True, True)
-        vim.buffer = buf
-        vim.clock += 1
-        vim.pick_chunk(buf.around_cursor(), True, True)
-        yield from self.tick()
+        if self.typing is None or not vim.hint_shown:
+            return
+        number, text, typed = self.typing
+        lines = accepted_lines(vim.fim_data)
+        if lines is None or vim.fim_data["pos_y"] != vim.buffer.y:
+            return
+        line_start = text.rfind("\n", 0, typed) + 1
+        written = text[:line_start] + "\n".join(lines)
+        if len(written) <= typed or not text.startswith(written):
+            return
+        vim.loop.cancel(self.timer)
+        vim.tab()
+        self.accepted += 1
+        self.keys += 1
+        self.typing[2] = len(written)
+        self.timer = vim.loop.later(user_delay(self.seed, number, len(written), KEY_MS), self.step)
 
-    def run(self) -> Answers:
-        vim, others = self.vim, {}
+    def script(self) -> Generator[float, None, None]:
+        vim = self.vim
         for number, task in enumerate(self.plan):
             files = self.packages[task.package]
-            vim.where = {"task": number}
+            vim.files.update(files)
             for visit in task.visits:
-                buf = others.setdefault((task.package, visit.path),
-                                        Buffer(visit.path, files[visit.path].splitlines()))
-                yield from self.switch(buf)
-                buf.y, vim.clock = visit.line, vim.clock + 1
+                vim.open(visit.path)
+                yield user_delay(self.seed, number, -1, READ_MS)
+                vim.goto(visit.line)
+                yield user_delay(self.seed, number, -2, READ_MS)
                 if visit.yank:
-                    vim.pick_chunk(buf.getlines(visit.line, visit.line + visit.yank - 1), False, True)
-                yield from self.tick()
-            lines = files[task.path].splitlines()
-            before, after = lines[: task.first], lines[task.end:]
-            text = "\n".join(lines[task.first : task.end])
-            buf = Buffer(task.path, before + after, y=max(1, task.first))
-            yield from self.switch(buf)
-            yield from self.type_function(buf, before, text, after, number)
-            buf.modified = False  # :w
-            vim.pick_chunk(buf.around_cursor(), True, True)
-            yield from self.tick()
+                    vim.yank(visit.yank)
+                    yield user_delay(self.seed, number, -3, KEY_MS)
+            cut, text = function_edit(files, task)
+            vim.files[task.path] = cut
+            vim.buffers.pop(task.path, None)  # (the file as it now is on disk)
+            vim.open(task.path)
+            yield user_delay(self.seed, number, -4, READ_MS)
+            vim.goto(task.first)  # the line above the function
+            yield user_delay(self.seed, number, -5, KEY_MS)
+            vim.open_below()
+            self.keys += 1
+            self.typing = [number, text, 0]
+            yield user_delay(self.seed, number, 0, LINE_PAUSE_MS)
+            while self.typing[2] < len(text):
+                typed = self.typing[2]
+                line_start = text.rfind("\n", 0, typed) + 1
+                if text[typed] == "\n":  # Enter, the next line's indentation with it (autoindent's)
+                    following = text[typed + 1:].split("\n", 1)[0]
+                    indent = following[: indent_of(following)]
+                    vim.enter(indent)
+                    self.typing[2] = typed + 1 + len(indent)
+                    delay = user_delay(self.seed, number, self.typing[2], LINE_PAUSE_MS)
+                elif typed == line_start and indent_of(text[typed:].split("\n", 1)[0]):  # the first line's indent
+                    indent = text[typed:][: indent_of(text[typed:].split("\n", 1)[0])]
+                    vim.type(indent)
+                    self.typing[2] = typed + len(indent)
+                    delay = user_delay(self.seed, number, self.typing[2], KEY_MS)
+                else:
+                    vim.type(text[typed])
+                    self.typing[2] = typed + 1
+                    self.typed += 1
+                    delay = user_delay(self.seed, number, self.typing[2], KEY_MS)
+                self.keys += 1
+                yield delay
+            self.typing = None
+            vim.esc()
+            yield user_delay(self.seed, number, -6, KEY_MS)
+            vim.write()
             self.completed += 1
-
-    def type_function(self, buf: Buffer, before: list, text: str, after: list, number: int) -> Answers:
-        """`o` on the line above, then the function's text, one event at a time."""
-        vim = self.vim
-        offsets = event_offsets(text, self.chars)
-        typed = 0
-        buf.modified = True
-
-        def place(typed: int) -> list:  # the buffer with `typed` characters of the function, the cursor after them
-            done = text[:typed].split("\n")
-            buf.lines = before + done + after
-            buf.y, buf.x = len(before) + len(done), len(done[-1])
-            return done
-
-        while True:
-            done = place(typed)
-            vim.where = {"task": number, "typed": typed, "y": buf.y, "x": buf.x}
-            self.events += 1
-            yield from vim.on_move()
-            yield from vim.fim(buf.x, buf.y, True, [], True)  # llama#fim(-1, -1, ...): the cursor
-            lines = accepted_lines(vim.fim_data) if vim.hint_shown else None
-            if lines is not None:
-                line_start = len(text[:typed]) - len(done[-1])
-                written = text[:line_start] + "\n".join(lines)
-                if len(written) > typed and text.startswith(written):
-                    self.accepted += 1
-                    vim.hide()
-                    typed = len(written)
-                    if typed >= len(text):
-                        place(typed)
-                        return
-                    yield from self.tick()
-                    continue
-            later = [o for o in offsets if o > typed]
-            self.typed += (later[0] if later else len(text)) - typed
-            if not later:
-                vim.hide()  # the last characters, Esc
-                place(len(text))
-                return
-            typed = later[0]
-            yield from self.tick()
-
-
-def drive(session: Session, answer: Callable[[Request], dict]) -> list:
-    """Run the session with `answer` standing for the server: [(request, its answer)]."""
-    exchanges = []
-    gen = session.requests()
-    try:
-        request = next(gen)
-        while True:
-            reply = answer(request)
-            exchanges.append((request, reply))
-            request = gen.send(reply)
-    except StopIteration:
-        pass
-    return exchanges
+            yield user_delay(self.seed, number, -7, READ_MS)
 
 
 # -- running against servers
 
 
-def session_record(request: Request, answer: dict, seconds: float, index: int) -> dict:
-    """One answer as the record keeps it (llama-server's names, from response_fields)."""
+def request_record(request: Request) -> dict:
+    """A request as the record keeps it: when it was asked for, sent and answered (ms from the
+    session's start), and what the answer said (llama-server's names, from response_fields)."""
+    a = request.answer
     return {
-        "index": index, "kind": request.kind, "seconds": seconds,
-        "budget_ms": request.body.get("t_max_predict_ms") if request.kind != "warm-up" else None,
-        "content": answer.get("content", ""), "prompt_n": answer.get("timings/prompt_n"),
-        "prompt_ms": answer.get("timings/prompt_ms"), "predicted_n": answer.get("timings/predicted_n", 0),
-        "predicted_ms": answer.get("timings/predicted_ms", 0.0), "draft_n": answer.get("timings/draft_n"),
-        "draft_n_accepted": answer.get("timings/draft_n_accepted"), "stop_type": answer.get("stop_type"),
-        "tokens_cached": answer.get("tokens_cached"),
+        "kind": request.kind, "origin_ms": request.origin, "sent_ms": request.t_sent, "answered_ms": request.t_answer,
+        "prompt_chars": len(request.body["input_prefix"]) + len(request.body["prompt"]),
+        "extra": len(request.body["input_extra"]), "content": a.get("content"), "error": a.get("error"),
+        "prompt_n": a.get("timings/prompt_n"), "prompt_ms": a.get("timings/prompt_ms"),
+        "predicted_n": a.get("timings/predicted_n"), "predicted_ms": a.get("timings/predicted_ms"),
+        "draft_n": a.get("timings/draft_n"), "draft_n_accepted": a.get("timings/draft_n_accepted"),
+        "tokens_cached": a.get("tokens_cached"),
     }
 
 
-def script_entry(request: Request, chunk_ids: dict) -> dict:
-    """A request as the record keeps it: the body less its bulky text (the chunks by id, the
-    prefix and suffix by size), its hash over the whole body."""
-    body = request.body
-    slim = {k: v for k, v in body.items() if k not in ("input_prefix", "input_suffix", "input_extra", "response_fields")}
-    ids = []
-    for chunk in body["input_extra"]:
-        key = (chunk["filename"], chunk["text"])
-        ids.append(chunk_ids.setdefault(key, len(chunk_ids)))
-    return {"kind": request.kind, "where": request.where, "prev": list(request.prev), "extra": ids,
-            "prefix_chars": len(body["input_prefix"]), "suffix_chars": len(body["input_suffix"]),
-            "body_sha256": sha256(json.dumps(body, sort_keys=True)), **slim}
-
-
-def describe(request: Request, record: dict) -> str:
-    r = record
-    head = f"{request.kind} {r['index'] + 1}"
-    if request.kind == "warm-up":
-        return f"{head}: {len(request.body['input_extra'])} chunks, prompt {r['prompt_n']} in {r['seconds']:.1f} s"
-    return (f"{head}: {r['predicted_n']} tokens, prompt {r['prompt_n']} in {(r['prompt_ms'] or 0):.0f} ms, "
-            f"{r['seconds']:.2f} s")
-
-
-def run_session(system: str, server, script: Optional[list], session: Optional[Session], note,
-                extra: Optional[dict] = None) -> tuple[list, list, float]:
-    """One system's pass on a started `server`: live (driving `session`, whose answers decide
-    the requests) where `script` is None, else the recorded requests in order. Returns the
-    requests, the records and the wall seconds of the pass."""
-    extra = extra or {}
-    requests, records = [], []
-    start = time.perf_counter()
-
-    def post(request: Request) -> dict:
-        answer, seconds = server.post("/infill", {**request.body, **extra})
-        records.append(session_record(request, answer, seconds, len(records)))
-        requests.append(request)
-        note(f"session {system} {describe(request, records[-1])}")
-        return answer
-
-    if script is None:
-        drive(session, post)
-    else:
-        for request in script:
-            post(request)
-    return requests, records, time.perf_counter() - start
+def run_live(server, packages: dict, plan: Sequence[Task], seed: int, sampling: str, extra: Optional[dict] = None,
+             loop: Optional[Loop] = None, jobs=None, drain_ms: float = 120_000) -> dict:
+    """One session, live: the user types the plan against `server` (or `jobs` on `loop`, the
+    tests'), llama.vim's requests sent when it sends them. Returns the run's record."""
+    loop = loop or Loop(realtime=True)
+    jobs = jobs or HttpJobs(loop, server, extra)
+    vim = Vim(loop, jobs, {}, vim_rand(seed), sampling, seed)
+    typist = Typist(vim, plan, packages, seed)
+    loop.at(0, vim.enable)
+    loop.at(0, typist.start)
+    while not typist.done:
+        loop.run_until(loop.now + 100)
+    end = loop.now + drain_ms  # the answers still coming: their cost is counted, nothing more is typed
+    while loop.now < end and any(r.t_answer is None for r in vim.sent):
+        loop.run_until(loop.now + 100)
+    return {
+        "wall_s": loop.now / 1000,
+        "user": {"keys": typist.keys, "typed_chars": typist.typed, "accepted": typist.accepted,
+                 "functions_completed": typist.completed},
+        "requests": [request_record(r) for r in vim.sent],
+        "positions": [{"key_ms": t, "file": name, "line": y, "col": x, "shown_ms": shown, "by": by}
+                      for t, name, y, x, shown, by in vim.positions],
+    }
 
 
 def run_sessions(systems: Sequence[str], start: Callable[[str], object], note, packages: dict, seed: int,
-                 limit: int, n_ctx: int, chars: int = CHARS_PER_EVENT) -> dict:
-    """The session on every system in turn, each on a freshly started server: the first live,
-    the others replaying its requests. The record's `session` part."""
-    plan = make_plan(packages, seed)
-    session = Session(plan, packages, seed, limit, chars)
-    script, runs, walls, commands = None, {}, {}, {}
-    for system in systems:
-        kind, extra = SESSION_SYSTEMS[system]
-        server = start(kind)
-        commands[system] = " ".join(getattr(server, "command", []))
-        try:
-            requests, records, wall = run_session(system, server, script, session if script is None else None,
-                                                  note, extra)
-        finally:
-            server.close()
-        if script is None:
-            script = requests
-        runs[system], walls[system] = records, wall
-    chunk_ids: dict = {}
-    entries = [script_entry(r, chunk_ids) for r in script or []]
+                 tasks: int, repeats: int, samplings: Sequence[str], n_ctx: int, live=None) -> dict:
+    """Every system `repeats` times a sampling, each on a freshly started server, the order
+    reversed every other repeat (drift favours none); `live` runs a session (:func:`run_live`, the
+    tests' on a virtual clock). The record's `session` part."""
+    plan = make_plan(packages, seed)[:tasks]
+    runs, commands = [], {}
+    for repeat in range(repeats):
+        order = list(systems) if repeat % 2 == 0 else list(reversed(systems))
+        for sampling in samplings:
+            for system in order:
+                kind, extra = SESSION_SYSTEMS[system]
+                server = start(kind)
+                commands[system] = " ".join(getattr(server, "command", []))
+                started = time.strftime("%Y-%m-%dT%H:%M:%S")
+                try:
+                    run = (live or run_live)(server, packages, plan, seed, sampling, extra)
+                finally:
+                    server.close()
+                run.update(system=system, sampling=sampling, repeat=repeat, started=started)
+                run["figures"] = run_figures(run)
+                runs.append(run)
+                f = run["figures"]
+                note(f"session {system} {sampling} run {repeat + 1}: shown {_f(f['shown_median_s'], '.2f')} / "
+                     f"{_f(f['shown_p90_s'], '.2f')} s (median / p90 of {f['shown_from_answer']}), "
+                     f"{f['requests']} requests, {run['user']['accepted']} accepted, {run['wall_s']:.0f} s")
     return {
-        "settings": {"requests": limit, "chars_per_event": chars, "seed": seed, "server_flags": SERVER_FLAGS,
-                     "n_ctx": n_ctx},
-        "driver": systems[0] if systems else None,
+        "settings": {"seed": seed, "tasks": tasks, "repeats": repeats, "samplings": list(samplings),
+                     "server_flags": SERVER_FLAGS, "n_ctx": n_ctx, "key_ms": KEY_MS, "line_pause_ms": LINE_PAUSE_MS,
+                     "read_ms": READ_MS, "reaction_ms": REACTION_MS},
         "plan": [{"package": t.package, "path": t.path, "first_line": t.first + 1, "lines": t.end - t.first,
                   "visits": [vars(v) for v in t.visits]} for t in plan],
-        "user": {"events": session.events, "accepted": session.accepted, "typed_chars": session.typed,
-                 "functions_completed": session.completed},
-        "chunks": [{"filename": name, "text": text} for (name, text), _ in sorted(chunk_ids.items(), key=lambda x: x[1])],
-        "script": entries, "commands": commands, "walls": walls, "runs": runs,
+        "commands": commands, "runs": runs,
     }
 
 
 # -- figures
 
 
-def percentile(values: Sequence[float], q: float) -> Optional[float]:
-    """The q-quantile (0..1) by linear interpolation between the sorted values (numpy's default)."""
-    values = sorted(v for v in values if v is not None)
-    if not values:
-        return None
-    position = q * (len(values) - 1)
-    low = int(position)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (position - low)
+def run_figures(run: dict) -> dict:
+    """A run's figures: the time to a shown suggestion (from the key that moved the cursor to the
+    suggestion shown there, where a server's answer showed it), median and p90; positions shown
+    from the cache at once and never shown; the requests, how long a first request waited in Vim
+    for the one in flight, and the FIM requests sent while a warm-up was still in the server."""
+    positions, requests = run["positions"], run["requests"]
+    shown = [(p["shown_ms"] - p["key_ms"]) / 1000 for p in positions if p["by"] in ("first", "speculative")]
+    first = [r for r in requests if r["kind"] == "first"]
+    fim = [r for r in requests if r["kind"] != "warm-up"]
+    warm = [r for r in requests if r["kind"] == "warm-up"]
+    behind = [r for r in fim if any(w["sent_ms"] <= r["sent_ms"] < (w["answered_ms"] or float("inf")) for w in warm)]
+    return {
+        "positions": len(positions), "shown_from_answer": len(shown),
+        "shown_from_cache": sum(1 for p in positions if p["by"] == "cache"),
+        "never_shown": sum(1 for p in positions if p["by"] is None),
+        "shown_median_s": percentile(shown, 0.5), "shown_p90_s": percentile(shown, 0.9),
+        "requests": len(requests), "first": len(first), "speculative": len(fim) - len(first), "warm_ups": len(warm),
+        "first_wait_median_s": percentile([(r["sent_ms"] - r["origin_ms"]) / 1000 for r in first], 0.5),
+        "fim_behind_warm_up": len(behind),
+        "answer_median_s": percentile([(r["answered_ms"] - r["sent_ms"]) / 1000 for r in fim
+                                       if r["answered_ms"] is not None], 0.5),
+        "prompt_n": sum(r["prompt_n"] or 0 for r in requests), "predicted_n": sum(r["predicted_n"] or 0 for r in fim),
+        "errors": sum(1 for r in requests if r["error"]),
+    }
 
 
-def in_budget(record: dict) -> bool:
-    """Whether a FIM answer arrived within the time llama.vim asks for: t_max_prompt_ms + t_max_predict_ms."""
-    return record["seconds"] * 1000 <= T_MAX_PROMPT_MS + (record["budget_ms"] or 0)
-
-
-def session_summary(runs: dict, driver: Optional[str] = None) -> dict:
-    """system -> its figures (see the module's docstring)."""
-    reference = {r["index"]: r for r in runs.get(driver, [])} if driver else {}
-    summary = {}
-    for system, records in runs.items():
-        by_kind = {kind: [r for r in records if r["kind"] == kind] for kind in KINDS}
-        fim = by_kind["first"] + by_kind["speculative"]
-        row = {"requests": {kind: len(rs) for kind, rs in by_kind.items()}}
-        for kind in ("first", "speculative"):
-            seconds = [r["seconds"] for r in by_kind[kind]]
-            row[f"{kind}_median_s"] = percentile(seconds, 0.5)
-            row[f"{kind}_p90_s"] = percentile(seconds, 0.9)
-        row["prompt_n_fim"] = sum(r["prompt_n"] or 0 for r in fim)
-        row["prompt_n_warm_up"] = sum(r["prompt_n"] or 0 for r in by_kind["warm-up"])
-        row["prompt_ms_fim"] = sum(r["prompt_ms"] or 0 for r in fim)
-        row["prompt_ms_warm_up"] = sum(r["prompt_ms"] or 0 for r in by_kind["warm-up"])
-        row["in_budget"] = sum(1 for r in fim if in_budget(r))
-        row["tokens_in_budget"] = sum(r["predicted_n"] or 0 for r in fim if in_budget(r))
-        row["tokens"] = sum(r["predicted_n"] or 0 for r in fim)
-        row["seconds"] = sum(r["seconds"] for r in records)
-        row["drafted"] = sum(r["draft_n"] or 0 for r in fim)
-        row["accepted"] = sum(r["draft_n_accepted"] or 0 for r in fim)
-        if reference and system != driver:
-            row["same_text"] = sum(1 for r in fim if r["index"] in reference and reference[r["index"]]["content"] == r["content"])
-            row["same_as"] = driver
-        summary[system] = row
+def session_summary(runs: Sequence[dict]) -> dict:
+    """(system, sampling) -> the runs' figures: each run's median and p90, the median of those and
+    their spread (lowest, highest)."""
+    summary: dict = {}
+    for run in runs:
+        f = run.get("figures") or run_figures(run)
+        row = summary.setdefault((run["system"], run["sampling"]), {"runs": 0, "medians": [], "p90s": [],
+                                                                    "shown": [], "accepted": []})
+        row["runs"] += 1
+        row["medians"].append(f["shown_median_s"])
+        row["p90s"].append(f["shown_p90_s"])
+        row["shown"].append(f"{f['shown_from_answer']}+{f['shown_from_cache']}/{f['positions']}")
+        row["accepted"].append(run["user"]["accepted"])
+    for row in summary.values():
+        for key in ("medians", "p90s"):
+            values = [v for v in row[key] if v is not None]
+            row[key[:-1] + "_of_runs"] = percentile(values, 0.5)
+            row[key[:-1] + "_spread"] = (min(values), max(values)) if values else None
     return summary
-
-
-def prompt_differences(runs: dict, driver: str, ratio: float = 1.5, slack: int = 32) -> dict:
-    """system -> [(request index, kind, the driver's prompt_n, its prompt_n)] where its prompt_n
-    is over `ratio` x the driver's + `slack`: the same body evaluated much more there."""
-    reference = {r["index"]: r for r in runs.get(driver, [])}
-    found = {}
-    for system, records in runs.items():
-        if system == driver:
-            continue
-        rows = [(r["index"], r["kind"], reference[r["index"]]["prompt_n"], r["prompt_n"]) for r in records
-                if r["index"] in reference and r["prompt_n"] is not None and reference[r["index"]]["prompt_n"] is not None
-                and r["prompt_n"] > ratio * reference[r["index"]]["prompt_n"] + slack]
-        if rows:
-            found[system] = rows
-    return found
 
 
 def _f(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def session_table(summary: dict, walls: Optional[dict] = None) -> str:
-    header = ["system", "first: median / p90 s", "speculative: median / p90 s", "prompt tokens FIM / warm-up",
-              "answers in budget", "tokens in budget / all", "accepted/drafted", "wall s", "text = driver's"]
+def session_table(summary: dict) -> str:
+    header = ["system", "sampling", "runs", "time to shown: median s (spread)", "p90 s (spread)",
+              "shown by answer+cache / positions, a run", "accepted, a run"]
     rows = []
-    for system, s in summary.items():
-        n = s["requests"]
-        same = f"{s['same_text']}/{n['first'] + n['speculative']}" if "same_text" in s else "(driver)"
-        wall = (walls or {}).get(system)
-        rows.append([
-            system, f"{_f(s['first_median_s'], '.2f')} / {_f(s['first_p90_s'], '.2f')} ({n['first']})",
-            f"{_f(s['speculative_median_s'], '.2f')} / {_f(s['speculative_p90_s'], '.2f')} ({n['speculative']})",
-            f"{s['prompt_n_fim']} / {s['prompt_n_warm_up']} ({n['warm-up']})",
-            f"{s['in_budget']}/{n['first'] + n['speculative']}", f"{s['tokens_in_budget']} / {s['tokens']}",
-            f"{s['accepted']}/{s['drafted']}", _f(wall if wall is not None else s["seconds"], ".0f"), same,
-        ])
+    for (system, sampling), s in summary.items():
+        spread = lambda k: "-" if s[k] is None else f"{s[k][0]:.2f}-{s[k][1]:.2f}"  # noqa: E731
+        rows.append([system, sampling, s["runs"], f"{_f(s['median_of_runs'], '.2f')} ({spread('median_spread')})",
+                     f"{_f(s['p90_of_runs'], '.2f')} ({spread('p90_spread')})", ", ".join(s["shown"]),
+                     ", ".join(map(str, s["accepted"]))])
     return grid(header, rows)
 
 
 def print_session(part: dict) -> None:
-    runs, driver = part.get("runs") or {}, part.get("driver")
+    runs = part.get("runs") or []
     if not runs:
         return
-    user = part.get("user", {})
-    print(f"\n== typing session, llama.vim's requests replayed in order ({len(part.get('script', []))} requests, "
-          f"{user.get('accepted', 0)} suggestions accepted, {user.get('functions_completed', 0)} functions written; "
-          f"driven by {driver}; budget: t_max_prompt_ms + t_max_predict_ms) ==")
-    print(session_table(session_summary(runs, driver), part.get("walls")))
-    for system, rows in prompt_differences(runs, driver).items():
-        listed = ", ".join(f"#{i + 1} {kind} {a} -> {b}" for i, kind, a, b in rows[:8])
-        print(f"prompt_n over 1.5x {driver}'s on {system}: {listed}{' ...' if len(rows) > 8 else ''}")
+    settings = part.get("settings", {})
+    print(f"\n== typing session, llama.vim live ({settings.get('tasks')} functions, seed {settings.get('seed')}; "
+          "time to a shown suggestion: from the key to the suggestion an answer showed there) ==")
+    print(session_table(session_summary(runs)))
 
 
 def plot_session(path: str, part: dict) -> None:
-    """Time to suggestion per system: the first requests' and the speculative ones', each answer a dot."""
+    """Time to a shown suggestion per system and sampling, every run's positions pooled, each a dot."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = part["runs"]
-    systems = list(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    groups: dict = {}
+    for run in part["runs"]:
+        groups.setdefault(f"{run['system']}\n{run['sampling']}", []).extend(
+            (p["shown_ms"] - p["key_ms"]) / 1000 for p in run["positions"] if p["by"] in ("first", "speculative"))
+    fig, ax = plt.subplots(figsize=(8, 5))
     jitter = random.Random(0)
-    for ax, kind, budget in zip(axes, ("first", "speculative"), (T_FIRST_PREDICT_MS, T_MAX_PREDICT_MS)):
-        data = [[r["seconds"] for r in runs[s] if r["kind"] == kind] for s in systems]
-        ax.boxplot([d or [float("nan")] for d in data], showfliers=False, widths=0.5)
-        for i, values in enumerate(data):
-            ax.scatter([i + 1 + jitter.uniform(-0.15, 0.15) for _ in values], values, s=9, alpha=0.6)
-        ax.axhline((T_MAX_PROMPT_MS + budget) / 1000, color="grey", linestyle="--",
-                   label=f"llama.vim's budget {(T_MAX_PROMPT_MS + budget) / 1000:.2f} s")
-        ax.set_xticks(range(1, len(systems) + 1))
-        ax.set_xticklabels(systems, rotation=15, fontsize=8)
-        ax.set_title(f"{kind} requests ({len(data[0]) if data else 0} each)")
-        ax.set_yscale("log")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].set_ylabel("time to suggestion, s (end to end, log scale)")
-    fig.suptitle("llama.vim typing session: the same requests on each server", fontsize=11)
+    names = list(groups)
+    ax.boxplot([groups[n] or [float("nan")] for n in names], showfliers=False, widths=0.5)
+    for i, name in enumerate(names):
+        ax.scatter([i + 1 + jitter.uniform(-0.15, 0.15) for _ in groups[name]], groups[name], s=9, alpha=0.6)
+    ax.set_xticks(range(1, len(names) + 1))
+    ax.set_xticklabels(names, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("time to a shown suggestion, s (log scale)")
+    ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("llama.vim typing session, live: every run's shown suggestions", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def run_session_workload(args, kwargs: dict, note, server_binary: Optional[str], wanted: Optional[list]) -> dict:
-    """--editor session: its systems in the order named (the first drives the session), on
-    servers with llama.vim's flags and a context of at least SESSION_N_CTX."""
-    limit = getattr(args, "session_requests", None) or DEFAULT_REQUESTS
-    if limit < 1:
-        raise ValueError("--session-requests: at least 1")
+    """--editor session: its systems (alternating), on servers with llama.vim's flags, each at its
+    own flash-attention default, and a context of at least SESSION_N_CTX."""
     systems = [s for s in (wanted or SESSION_DEFAULT_SYSTEMS) if s in SESSION_SYSTEMS]
     if server_binary is None:
         systems = [s for s in systems if not s.startswith("llama-server")]
     if not systems:
         raise ValueError("--editor session: no system to run (llama-server needs --llama-server PATH)")
-    session_kwargs = dict(kwargs, n_ctx=max(kwargs["n_ctx"], SESSION_N_CTX))
-    # the same flash attention on both servers (llama-server's -fa as Server gives it)
-    flash = f" -fa {'on' if session_kwargs.get('flash_attn') else 'off'}"
+    tasks = getattr(args, "session_tasks", None) or DEFAULT_TASKS
+    repeats = getattr(args, "session_repeats", None) or DEFAULT_REPEATS
+    samplings = getattr(args, "session_sampling", None) or list(SAMPLINGS[:1])
+    if tasks < 1 or repeats < 1 or set(samplings) - set(SAMPLINGS):
+        raise ValueError(f"--session-tasks, --session-repeats: at least 1; --session-sampling: of {', '.join(SAMPLINGS)}")
+    session_kwargs = dict(kwargs, n_ctx=max(kwargs["n_ctx"], SESSION_N_CTX), flash_attn="default")
     with open(session_kwargs["model_path"], "rb") as f:  # in the page cache before the first server maps it
         while f.read(1 << 24):
             pass
 
     def start(kind: str) -> Server:
-        kind += flash if kind.startswith("plookup serve") else ""
         note(f"starting {kind}")
         return Server(kind, session_kwargs, server_binary, args.editor_log)
 
-    return run_sessions(systems, start, note, release_files(), args.seed, limit, session_kwargs["n_ctx"])
+    return run_sessions(systems, start, note, release_files(), args.seed, tasks, repeats, samplings,
+                        session_kwargs["n_ctx"])

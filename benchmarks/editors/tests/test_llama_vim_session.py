@@ -1,13 +1,11 @@
 """`python -m benchmarks.editors --editor session`: the port of llama.vim's FIM logic (its context
-window, the ring of chunks and its warm-ups, the cache and the speculative request), the typing
-user, the replay and the figures, with fakes (no model, no server, no download: the packages are made here).
-Where a rule could be checked by a test that passes anyway, a broken version of it is run through
-the same check and must fail it."""
+window, the ring of chunks and its timer, the cache, the speculative request, one request in
+flight), the typing user, the live runs and the figures, on a virtual clock with fakes (no model,
+no server, no download: the packages are made here). test_llama_vim_conformance.py holds the port
+to requests recorded from the real plugin. Where a rule could be checked by a test that passes
+anyway, a broken version of it is run through the same check and must fail it."""
 
 from __future__ import annotations
-
-import json
-import random
 
 import pytest
 
@@ -15,21 +13,22 @@ from benchmarks.editors import llama_vim as editor
 from benchmarks.editors import llama_vim_session as ts
 from benchmarks.editors.llama_vim_session import (
     Buffer,
+    FakeSlot,
+    Loop,
     Ring,
-    Session,
     Vim,
     chunk_sim,
-    drive,
-    event_offsets,
     fim_ctx_local,
     make_plan,
     percentile,
-    prompt_differences,
     render,
+    run_figures,
+    run_live,
     run_sessions,
     session_summary,
     session_table,
 )
+
 
 
 def module(name: str, functions: int) -> str:
@@ -169,7 +168,7 @@ def test_the_queue_and_the_ring_keep_16():
         ring.update()
     assert len(ring.chunks) == 16 and ring.chunks[0].filename == "f7" and ring.chunks[-1].filename == "g2"
     extra = ring.extra()
-    assert extra[-1] == {"text": ring.chunks[-1].text, "time": [32, 0], "filename": "g2"}
+    assert extra[-1] == {"text": ring.chunks[-1].text, "time": [0, 32000], "filename": "g2"}  # (32 ms as reltime())
 
 
 def test_chunk_similarity_is_llama_vims():
@@ -180,91 +179,9 @@ def test_chunk_similarity_is_llama_vims():
     assert chunk_sim(["foo_bar(x)"], ["foo_bar"]) == pytest.approx(2 / 3)  # \W splits, "_" is a word character
 
 
-def test_no_chunk_from_a_modified_buffer_where_llama_vim_checks():
-    vim = Vim(random.Random(0), 10)
-    vim.buffer = Buffer("f.py", numbered(100), y=50, modified=True)
-    assert not vim.pick_chunk(vim.buffer.around_cursor(), True, True)  # BufEnter/BufLeave/BufWritePost
-    assert vim.pick_chunk(vim.buffer.getlines(10, 14), False, True)  # a yank
-    assert vim.ring.queued[0].filename == "f.py"
 
 
-def test_a_tick_sends_one_warm_up_with_the_new_ring_when_a_chunk_is_queued():
-    vim = Vim(random.Random(0), 10)
-    vim.buffer = Buffer("f.py", numbered(100), y=50)
-    assert list(vim.ring_update()) == []  # nothing queued: no request
-    vim.pick_chunk(vim.buffer.getlines(1, 10), False, True)
-    vim.pick_chunk(vim.buffer.getlines(60, 70), False, True)
-    warm = list(vim.ring_update())
-    assert len(warm) == 1 and warm[0].kind == "warm-up"
-    body = warm[0].body
-    assert [c["text"] for c in body["input_extra"]] == ["\n".join(numbered(10)) + "\n"]
-    assert body["n_predict"] == 0 and body["samplers"] == [] and body["t_max_prompt_ms"] == 1
-    assert body["t_max_predict_ms"] == 1 and body["input_prefix"] == body["input_suffix"] == body["prompt"] == ""
-    assert body["response_fields"][0] == "" and body["cache_prompt"] and body["id_slot"] == 0
-    assert len(vim.ring.queued) == 1  # one chunk a tick
-
-
-class Ticks(Session):
-    """A session that logs each tick: the chunks queued before it and the requests it sent."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.ticks = []
-
-    def tick(self):
-        queued, sent = len(self.vim.ring.queued), self.vim.sent
-        yield from super().tick()
-        self.ticks.append((queued, self.vim.sent - sent))
-
-
-def oracle(packages, right=True):
-    """A fake server, from a body: the file's own text after the prefix and prompt (the typed text,
-    or a shown suggestion after it) to the end of the line (`right`), else a wrong line."""
-    files = [text for files in packages.values() for text in files.values()]
-
-    def answer(body):
-        if body["n_predict"] == 0:
-            return {"timings/prompt_n": 7}
-        shown = (body["input_prefix"] + body["prompt"])[-2000:]
-        rest = next((text[text.find(shown) + len(shown):] for text in files if shown in text), "")
-        if not right or not rest:
-            return {"content": "    wrong = True\n", "timings/prompt_n": 11, "timings/predicted_n": 5}
-        end = rest.find("\n", 1)
-        return {"content": rest[: end + 1] if end >= 0 else rest, "timings/prompt_n": 11, "timings/predicted_n": 5}
-    return lambda request: answer(request.body if isinstance(request, ts.Request) else request)
-
-
-def test_warm_ups_fire_between_events_while_chunks_are_queued():
-    plan = make_plan(PACKAGES, 1)
-    session = Ticks(plan, PACKAGES, 1, limit=60)
-    exchanges = drive(session, oracle(PACKAGES))
-    assert len(exchanges) == 60 and session.ticks
-    for queued, sent in session.ticks[:-1]:  # (the last may have hit the limit)
-        assert sent == (1 if queued else 0)
-    warm = [r for r, _ in exchanges if r.kind == "warm-up"]
-    assert warm and len(warm) == sum(sent for _, sent in session.ticks)
-    assert len(session.ticks) >= session.events  # a tick after every typing event (and between moves)
-    # each warm-up brings a chunk no earlier request carried, last in the ring
-    seen = set()
-    for request, _ in exchanges:
-        texts = [c["text"] for c in request.body["input_extra"]]
-        if request.kind == "warm-up":
-            assert texts[-1] not in seen
-        seen.update(texts)
-
-
-def test_the_fim_requests_that_follow_a_warm_up_carry_its_chunks():
-    plan = make_plan(PACKAGES, 2)
-    exchanges = drive(Session(plan, PACKAGES, 2, limit=50), oracle(PACKAGES))
-    pairs = [(a, b) for (a, _), (b, _) in zip(exchanges, exchanges[1:]) if a.kind == "warm-up" and b.kind != "warm-up"]
-    assert pairs
-    for warm, fim in pairs:
-        kept = [c["text"] for c in fim.body["input_extra"]]
-        # llama#fim may evict chunks like the text at the cursor, never adds one
-        assert set(kept) <= {c["text"] for c in warm.body["input_extra"]}
-
-
-# -- the cache, the suggestion and the speculative request
+# -- llama.vim in a Vim, on the virtual clock
 
 
 def typing_buffer() -> Buffer:
@@ -273,43 +190,120 @@ def typing_buffer() -> Buffer:
     return Buffer("f.py", lines, y=150, x=0, modified=True)
 
 
+DELAY_MS = 300
+
+
+def vim_typing(contents, delay=DELAY_MS):
+    """A Vim in insert mode on typing_buffer(), its server answering `contents` in turn (FIM
+    requests; a warm-up gets {}) after `delay` ms each, one at a time."""
+    loop = Loop()
+    contents = list(contents)
+
+    def answer(body):
+        if body["n_predict"] == 0:
+            return {}
+        return {"content": contents.pop(0) if contents else "\n"}
+
+    vim = Vim(loop, FakeSlot(loop, answer, lambda body: delay), {"f.py": "\n".join(numbered(300)) + "\n"},
+              ts.vim_rand(0))
+    vim.buffer = vim.buffers["f.py"] = typing_buffer()
+    vim.mode = "i"
+    return vim, loop
+
+
+def test_no_chunk_from_a_modified_buffer_where_llama_vim_checks():
+    vim, _ = vim_typing([])
+    vim.buffer = Buffer("f.py", numbered(100), y=50, modified=True)
+    assert not vim.pick_chunk(vim.buffer.around_cursor(), True, True)  # BufEnter/BufLeave/BufWritePost
+    assert vim.pick_chunk(vim.buffer.getlines(10, 14), False, True)  # a yank
+    assert vim.ring.queued[0].filename == "f.py"
+
+
+def test_the_ring_timer_sends_a_warm_up_a_second_in_normal_mode_and_after_3_s_still_in_insert_mode():
+    vim, loop = vim_typing([])
+    vim.enable()
+    vim.mode = "n"
+    vim.pick_chunk(vim.buffer.getlines(1, 10), False, True)
+    vim.pick_chunk(vim.buffer.getlines(60, 70), False, True)
+    vim.pick_chunk(vim.buffer.getlines(200, 210), False, True)
+    loop.run_until(999)
+    assert vim.sent == []
+    loop.run_until(1000)
+    body = vim.sent[0].body
+    assert [c["text"] for c in body["input_extra"]] == ["\n".join(numbered(10)) + "\n"]
+    assert body["n_predict"] == 0 and body["samplers"] == [] and body["t_max_prompt_ms"] == 1
+    assert body["t_max_predict_ms"] == 1 and body["input_prefix"] == body["input_suffix"] == body["prompt"] == ""
+    assert body["response_fields"] == [""] and body["cache_prompt"] and body["id_slot"] == 0
+    vim.mode, vim.t_last_move = "i", 1500  # typing: no warm-up until the cursor rests 3 s
+    loop.run_until(4000)
+    assert len(vim.sent) == 1
+    loop.run_until(5000)
+    assert len(vim.sent) == 2 and len(vim.sent[1].body["input_extra"]) == 2
+
+
 def test_the_speculative_request_is_the_context_after_the_suggestion():
-    vim = Vim(random.Random(0), 10)
-    vim.buffer = buf = typing_buffer()
-    gen = vim.fim(0, 150, True, [], True)
-    first = next(gen)
+    vim, loop = vim_typing(["def f(a, b):\n", "\n    return a + b\n", "\n"])
+    buf = vim.buffer
+    vim.fim(0, 150, True, [], True)
+    first = vim.sent[0]
     assert first.kind == "first" and first.body["t_max_predict_ms"] == 250 and first.body["prompt"] == ""
-    assert first.body["n_indent"] == 0 and first.body["n_predict"] == 128
+    assert first.body["n_indent"] == 0 and first.body["n_predict"] == 128 and "temperature" not in first.body
     assert first.body["top_k"] == 40 and first.body["top_p"] == 0.90 and first.body["t_max_prompt_ms"] == 500
-    assert first.body["samplers"][:3] == ["top_k", "top_p", "infill"] and first.body["cache_prompt"]
-    speculative = gen.send({"content": "def f(a, b):\n"})
-    body = speculative.body
+    assert first.body["samplers"] == ["top_k", "top_p", "infill"] and first.body["cache_prompt"]
+    loop.run_until(DELAY_MS)  # the answer: shown, and at once the speculative request
+    speculative = vim.sent[1]
     assert speculative.kind == "speculative" and speculative.prev == ("def f(a, b):",)
+    assert speculative.t_sent == DELAY_MS
+    body = speculative.body
     assert body["prompt"] == "def f(a, b):" and body["t_max_predict_ms"] == 1000
     assert body["input_prefix"] == first.body["input_prefix"] and body["input_suffix"] == first.body["input_suffix"]
     assert vim.hint_shown and vim.fim_data["content"] == ["def f(a, b):"]
-    with pytest.raises(StopIteration):  # shown and acceptable: its answer is only cached
-        gen.send({"content": "\n    return a + b\n"})
-    # accepted (Tab): the cursor after it; the cache has that place: no first request, the next speculative one
-    buf.lines[149], buf.x = "def f(a, b):", len("def f(a, b):")
-    vim.hide()
-    gen = vim.on_move()
-    again = next(gen)
+    loop.run_until(2 * DELAY_MS)  # shown and acceptable: its answer is only cached
+    assert len(vim.sent) == 2
+    assert vim.tab()  # accepted: the cursor after it; the cache has that place: the next speculative one
+    assert buf.lines[149] == "def f(a, b):" and buf.x == len("def f(a, b):")
+    again = vim.sent[2]
     assert again.kind == "speculative" and again.prev == ("", "    return a + b")
     assert again.body["prompt"] == "    return a + b"
     assert again.body["input_prefix"].endswith("line 149 = 149 * w\ndef f(a, b):\n")
     assert again.body["input_prefix"].startswith("line 1 = ")  # (150 lines: the window reaches the top)
-    with pytest.raises(StopIteration):
-        gen.send({"content": "\n"})
-    assert list(vim.fim(buf.x, buf.y, True, [], True)) == []  # cached: llama#fim sends nothing
+    assert len(vim.sent) == 3  # the cursor's own context is cached: llama#fim sent nothing for it
+
+
+def test_a_key_while_a_request_runs_waits_and_only_the_newest_is_sent():
+    vim, loop = vim_typing(["wrong()\n", "x\n"])
+    vim.fim(-1, -1, True, [], True, origin=0)
+    for t, ch in ((100, "d"), (150, "e"), (250, "f")):  # each call replaces the last one's 100 ms timer
+        loop.run_until(t)
+        vim.type(ch)
+    assert len(vim.sent) == 1
+    loop.run_until(DELAY_MS)  # the answer: stale ("wrong" is not what was typed): cached, not shown
+    assert not vim.hint_shown and len(vim.sent) == 1
+    loop.run_until(349)
+    assert len(vim.sent) == 1
+    loop.run_until(350)  # the newest key's timer, 100 ms after it
+    assert len(vim.sent) == 2 and vim.sent[1].body["prompt"] == "def" and vim.sent[1].origin == 250
+    assert vim.sent[1].t_sent == 350
+
+
+def test_control_a_port_that_sends_every_key_fails_the_wait():
+    class Eager(Vim):
+        def fim(self, *args, **kwargs):
+            self.job_fim = None
+            super().fim(*args, **kwargs)
+
+    vim, loop = vim_typing(["wrong()\n"])
+    vim.__class__ = Eager
+    vim.fim(-1, -1, True, [], True)
+    vim.type("d")
+    assert len(vim.sent) == 2
 
 
 def test_typed_characters_that_match_a_cached_suggestion_show_its_rest():
-    vim = Vim(random.Random(0), 10)
-    vim.buffer = buf = typing_buffer()
-    gen = vim.fim(0, 150, True, [], True)
-    next(gen)
-    gen.send({"content": "def compute(a, b):\n"})  # shown: the speculative request follows
+    vim, loop = vim_typing(["def compute(a, b):\n"])
+    buf = vim.buffer
+    vim.fim(0, 150, True, [], True)
+    loop.run_until(DELAY_MS)
     buf.lines[149], buf.x = "def com", 7
     assert vim.lookup(7, 150) == {"content": "pute(a, b):\n"}
     buf.lines[149] = "def cal"
@@ -318,33 +312,37 @@ def test_typed_characters_that_match_a_cached_suggestion_show_its_rest():
 
 def test_a_later_answer_does_not_replace_a_shown_suggestion():
     """s:fim_on_response shows an answer only where nothing acceptable is shown."""
-    vim = Vim(random.Random(0), 10)
-    vim.buffer = buf = typing_buffer()
-    gen = vim.fim(0, 150, True, [], True)
-    next(gen)
-    gen.send({"content": "def compute(a, b):\n"})
-    with pytest.raises(StopIteration):
-        gen.send({"content": "\n    return 1\n"})
+    vim, loop = vim_typing(["def compute(a, b):\n", "\n    return 1\n", "pile(x):\n"])
+    buf = vim.buffer
+    vim.fim(0, 150, True, [], True)
+    loop.run_until(3 * DELAY_MS)
     buf.lines[149], buf.x = "def com", 7
-    vim.hide()
-    assert list(vim.on_move()) == []  # the cached rest shown; its speculative context is cached too
-    assert vim.fim_data["content"] == ["pute(a, b):"]
-    gen = vim.fim(7, 150, True, [], True)
-    request = next(gen)
+    vim.on_move()  # the cached rest shown; its speculative context is cached too
+    assert vim.fim_data["content"] == ["pute(a, b):"] and len(vim.sent) == 2
+    vim.fim(7, 150, True, [], True)
+    request = vim.sent[-1]
     assert request.kind == "first" and request.body["prompt"] == "def com"
-    with pytest.raises(StopIteration):
-        gen.send({"content": "pile(x):\n"})
+    loop.run_until(loop.now + DELAY_MS)
     assert vim.fim_data["content"] == ["pute(a, b):"]
 
 
 def test_a_fim_request_evicts_ring_chunks_like_the_text_at_the_cursor():
-    vim = Vim(random.Random(0), 10)
-    vim.buffer = buf = typing_buffer()
+    vim, _ = vim_typing([])
+    buf = vim.buffer
     vim.ring.pick(buf.getlines(130, 170), "f.py", 0, True, vim.rand)  # the text around the cursor
     vim.ring.pick([f"other{i} words{i} here{i}" for i in range(8)], "g.py", 1, True, vim.rand)
     vim.ring.update(), vim.ring.update()
-    request = next(vim.fim(0, 150, True, [], True))
-    assert [c["filename"] for c in request.body["input_extra"]] == ["g.py"] and vim.ring.n_evict == 1
+    vim.fim(0, 150, True, [], True)
+    assert [c["filename"] for c in vim.sent[0].body["input_extra"]] == ["g.py"] and vim.ring.n_evict == 1
+
+
+def test_nothing_is_shown_outside_insert_mode():
+    vim, loop = vim_typing(["def f():\n"])
+    vim.fim(0, 150, True, [], True)
+    vim.mode = "n"
+    loop.run_until(DELAY_MS)
+    assert not vim.hint_shown and len(vim.sent) == 1
+
 
 
 def test_render_blanks_a_suggestion_that_repeats_the_next_line():
@@ -355,27 +353,9 @@ def test_render_blanks_a_suggestion_that_repeats_the_next_line():
     assert not render(buf, 0, 150, "   \n")["can_accept"]
 
 
-# -- the user
 
 
-def test_event_offsets_are_line_starts_and_every_n_characters():
-    text = "def f(a):\n    return a + 1234567890123456789012345\n\n    pass"
-    offsets = event_offsets(text, 20)
-    assert offsets == [0, 10, 10 + 4 + 20, 51, 52]  # the 40-character line: one event inside it
-    assert all(text[o - 1] == "\n" for o in (10, 51, 52))
-
-
-def test_the_user_accepts_right_suggestions_and_writes_the_function_back():
-    plan = make_plan(PACKAGES, 3)
-    right = Session(plan, PACKAGES, 3, limit=400)
-    exchanges = drive(right, oracle(PACKAGES))
-    assert right.completed == len(plan) and right.accepted > 0
-    kinds = {r.kind for r, _ in exchanges}
-    assert kinds == {"first", "speculative", "warm-up"}
-    wrong = Session(plan, PACKAGES, 3, limit=400)
-    drive(wrong, oracle(PACKAGES, right=False))
-    assert wrong.accepted == 0 and wrong.completed == len(plan) and wrong.events > right.events
-    assert wrong.typed > right.typed
+# -- the plan
 
 
 def test_the_plan_types_functions_of_two_packages_deep_in_their_files():
@@ -388,76 +368,116 @@ def test_the_plan_types_functions_of_two_packages_deep_in_their_files():
         assert task.visits and all(v.path != task.path and v.path in PACKAGES[task.package] for v in task.visits)
 
 
+
+
+# -- the user, live on the virtual clock
+
+
+def oracle(packages, right=True):
+    """A fake server, from a body: the file's own text after the prefix and prompt (the typed text,
+    or a shown suggestion after it) to the end of the next line (`right`), else a wrong line."""
+    files = [text for files in packages.values() for text in files.values()]
+
+    def answer(body):
+        if body["n_predict"] == 0:
+            return {"timings/prompt_n": 7}
+        shown = (body["input_prefix"] + body["prompt"])[-2000:]
+        rest = next((text[text.find(shown) + len(shown):] for text in files if shown in text), "")
+        if not right or not rest:
+            return {"content": "    wrong = True\n", "timings/prompt_n": 11, "timings/predicted_n": 5}
+        end = rest.find("\n", rest.find("\n") + 1)
+        return {"content": rest[: end + 1] if end >= 0 else rest, "timings/prompt_n": 11, "timings/predicted_n": 5}
+    return answer
+
+
+def live(answer, delay=600):
+    """run_live on a virtual clock against a fake one-slot server."""
+    def run(server, packages, plan, seed, sampling, extra=None):
+        loop = Loop()
+        return run_live(server, packages, plan, seed, sampling, extra, loop=loop,
+                        jobs=FakeSlot(loop, lambda body: answer({**body, **(extra or {})}), lambda body: delay))
+    return run
+
+
+def written(run_record, packages, plan):
+    return run_record["user"]["functions_completed"] == len(plan)
+
+
+def test_the_user_accepts_right_suggestions_and_writes_the_function_back():
+    plan = make_plan(PACKAGES, 3)[:2]
+    right = live(oracle(PACKAGES))(None, PACKAGES, plan, 3, "sampled")
+    assert right["user"]["functions_completed"] == 2 and right["user"]["accepted"] >= 2
+    wrong = live(oracle(PACKAGES, right=False))(None, PACKAGES, plan, 3, "sampled")
+    assert wrong["user"]["functions_completed"] == 2 and wrong["user"]["accepted"] == 0
+    assert wrong["user"]["typed_chars"] > right["user"]["typed_chars"]
+    kinds = {r["kind"] for r in right["requests"]}
+    assert kinds == {"first", "speculative", "warm-up"}
+    for r in right["requests"]:  # one FIM request in flight at a time
+        assert r["answered_ms"] is not None
+    fim = sorted((r["sent_ms"], r["answered_ms"]) for r in right["requests"] if r["kind"] != "warm-up")
+    assert all(a[1] <= b[0] for a, b in zip(fim, fim[1:]))
+
+
+def test_the_user_keeps_typing_while_a_request_runs():
+    plan = make_plan(PACKAGES, 3)[:1]
+    slow = live(oracle(PACKAGES, right=False), delay=5000)(None, PACKAGES, plan, 3, "sampled")
+    keys = [p["key_ms"] for p in slow["positions"]]
+    first = [r for r in slow["requests"] if r["kind"] == "first"]
+    assert len(keys) > 3 * len(first)  # many keys a request: the user did not wait
+    assert all(p["by"] is None for p in slow["positions"])  # no answer was ever for where the cursor was
+
+
 def test_a_seed_gives_one_session():
-    def sequence(seed, limit=70):
-        plan = make_plan(PACKAGES, seed)
-        exchanges = drive(Session(plan, PACKAGES, seed, limit), oracle(PACKAGES))
-        return [(r.kind, ts.sha256(repr(sorted(r.body.items())))) for r, _ in exchanges]
-
-    first = sequence(5)
-    assert len(first) == 70
-    assert sequence(5) == first
-    assert sequence(6) != first
-    assert sequence(5, 30) == first[:30]  # the limit cuts the same session
-
-
-def test_the_limit_stops_the_session_at_that_many_requests():
-    plan = make_plan(PACKAGES, 0)
-    for limit in (1, 9, 40):
-        assert len(drive(Session(plan, PACKAGES, 0, limit), oracle(PACKAGES))) == limit
-
-
-# -- replaying on servers
+    plan = make_plan(PACKAGES, 5)[:2]
+    a, b = (live(oracle(PACKAGES))(None, PACKAGES, plan, 5, "sampled") for _ in range(2))
+    assert a == b
+    c = live(oracle(PACKAGES))(None, PACKAGES, plan, 6, "sampled")
+    assert [r["sent_ms"] for r in c["requests"]] != [r["sent_ms"] for r in a["requests"]]
 
 
 class FakeServer:
-    def __init__(self, kind, answer):
-        self.kind, self.answer, self.bodies, self.closed = kind, answer, [], False
+    def __init__(self, kind):
+        self.kind, self.closed = kind, False
         self.command = ["fake", *kind.split()]
-
-    def post(self, route, body):
-        assert route == "/infill" and not self.closed
-        self.bodies.append(body)
-        return self.answer(body), 0.5
 
     def close(self):
         self.closed = True
 
 
-def test_every_system_gets_the_drivers_requests_in_order_on_a_fresh_server():
+def test_every_system_runs_alternating_each_on_a_fresh_server():
     started = []
 
     def start(kind):
-        started.append(FakeServer(kind, oracle(PACKAGES)))
+        started.append(FakeServer(kind))
         return started[-1]
 
-    systems = ["llama-server", "plookup plain", "plookup"]
-    part = run_sessions(systems, start, lambda _: None, PACKAGES, 4, limit=40, n_ctx=8192)
-    assert [s.kind for s in started] == [ts.SESSION_SYSTEMS[n][0] for n in systems]
+    seen = []
+
+    def answer(body):
+        seen.append(body)
+        return oracle(PACKAGES)(body)
+
+    systems = ["llama-server", "plookup plain"]
+    part = run_sessions(systems, start, lambda _: None, PACKAGES, 4, tasks=1, repeats=2,
+                        samplings=["sampled", "greedy"], n_ctx=8192, live=live(answer))
+    assert [s.kind for s in started] == [ts.SESSION_SYSTEMS[n][0] for n in
+                                         systems + systems + systems[::-1] + systems[::-1]]
     assert all(s.closed for s in started)
-    driver, plain, drafting = started
-    assert len(driver.bodies) == 40
-    assert plain.bodies == [dict(b, speculative={"n_max": 0}) for b in driver.bodies]  # its field on each
-    assert drafting.bodies == driver.bodies
-    assert part["driver"] == "llama-server" and list(part["runs"]) == systems
-    assert [e["kind"] for e in part["script"]] == [r["kind"] for r in part["runs"]["plookup"]]
-    assert [r["index"] for r in part["runs"]["plookup"]] == list(range(40))
-    assert part["settings"]["n_ctx"] == 8192 and part["settings"]["requests"] == 40
-    assert [e["body_sha256"] for e in part["script"]] == [ts.sha256(json.dumps(b, sort_keys=True)) for b in driver.bodies]
-    for entry, body in zip(part["script"], driver.bodies):  # the chunks table holds each chunk once
-        assert [part["chunks"][i]["text"] for i in entry["extra"]] == [c["text"] for c in body["input_extra"]]
-    assert len({c["text"] for c in part["chunks"]}) == len(part["chunks"])
-    assert part["user"]["events"] > 0 and part["plan"][0]["path"] in PACKAGES[part["plan"][0]["package"]]
+    assert [(r["system"], r["sampling"], r["repeat"]) for r in part["runs"]] == [
+        ("llama-server", "sampled", 0), ("plookup plain", "sampled", 0), ("llama-server", "greedy", 0),
+        ("plookup plain", "greedy", 0), ("plookup plain", "sampled", 1), ("llama-server", "sampled", 1),
+        ("plookup plain", "greedy", 1), ("llama-server", "greedy", 1)]
+    fim = [b for b in seen if b["n_predict"]]
+    assert {b.get("seed") for b in fim} == {4}
+    assert any(b.get("speculative") == {"n_max": 0} for b in fim) and any("speculative" not in b for b in fim)
+    assert any(b.get("temperature") == 0.0 for b in fim) and any("temperature" not in b for b in fim)
+    assert part["settings"]["n_ctx"] == 8192 and len(part["plan"]) == 1
+    summary = session_summary(part["runs"])
+    assert summary[("llama-server", "sampled")]["runs"] == 2
+    assert "llama-server" in session_table(summary)
 
 
 # -- figures
-
-
-def record(index, kind, seconds, prompt_n, predicted_n=0, content="", budget_ms=None):
-    return {"index": index, "kind": kind, "seconds": seconds, "prompt_n": prompt_n, "prompt_ms": seconds * 500,
-            "predicted_n": predicted_n, "predicted_ms": 100.0, "content": content, "draft_n": None,
-            "draft_n_accepted": None, "stop_type": "limit", "tokens_cached": None,
-            "budget_ms": budget_ms if budget_ms is not None else {"first": 250, "speculative": 1000}.get(kind)}
 
 
 def test_percentile_interpolates():
@@ -468,40 +488,43 @@ def test_percentile_interpolates():
     assert percentile([], 0.5) is None and percentile([4], 0.9) == 4
 
 
-def test_the_summary_on_hand_made_records():
-    a = [record(0, "warm-up", 2.0, 300), record(1, "first", 0.7, 1000, 8, "x"), record(2, "speculative", 1.4, 250, 20, "y"),
-         record(3, "first", 0.8, 40, 6, "z"), record(4, "speculative", 3.0, 260, 30, "w"), record(5, "warm-up", 1.0, 200)]
-    b = [dict(r, seconds=r["seconds"] * 2) for r in a]
-    b[1] = dict(b[1], content="other", prompt_n=2000)
-    summary = session_summary({"a": a, "b": b}, "a")
-    s = summary["a"]
-    assert s["requests"] == {"first": 2, "speculative": 2, "warm-up": 2}
-    assert s["first_median_s"] == pytest.approx(0.75) and s["first_p90_s"] == pytest.approx(0.79)
-    assert s["speculative_median_s"] == pytest.approx(2.2) and s["speculative_p90_s"] == pytest.approx(2.84)
-    assert s["prompt_n_fim"] == 1000 + 250 + 40 + 260 and s["prompt_n_warm_up"] == 500
-    # in budget: first within 0.75 s, speculative within 1.5 s (t_max_prompt_ms + t_max_predict_ms)
-    assert s["in_budget"] == 2 and s["tokens_in_budget"] == 8 + 20 and s["tokens"] == 64
-    t = summary["b"]
-    assert t["in_budget"] == 0 and t["tokens_in_budget"] == 0 and t["same_text"] == 3 and t["same_as"] == "a"
-    assert "same_text" not in s
-    table = session_table(summary, {"a": 10.0, "b": 20.0})
-    assert "0.75 / 0.79 (2)" in table and "1550 / 500 (2)" in table and "(driver)" in table and "3/4" in table
-    assert prompt_differences({"a": a, "b": b}, "a") == {"b": [(1, "first", 1000, 2000)]}
+def request(kind, sent, answered, origin=None, prompt_n=10):
+    return {"kind": kind, "sent_ms": sent, "answered_ms": answered, "origin_ms": origin, "prompt_n": prompt_n,
+            "predicted_n": 3, "error": None}
 
 
-def test_the_budget_rule_is_the_one_llama_vim_asks_for():
-    """Control: a first request's budget is 750 ms, not a speculative one's 1500 ms."""
-    assert ts.in_budget(record(0, "first", 0.75, 1))
-    assert not ts.in_budget(record(0, "first", 0.76, 1))
-    assert ts.in_budget(record(0, "speculative", 1.5, 1)) and not ts.in_budget(record(0, "speculative", 1.51, 1))
+def test_the_figures_on_a_hand_made_run():
+    run = {
+        "user": {"accepted": 1},
+        "positions": [
+            {"key_ms": 0, "shown_ms": 900, "by": "first"},
+            {"key_ms": 1000, "shown_ms": 1000, "by": "cache"},  # shown at once: counted apart
+            {"key_ms": 1200, "shown_ms": None, "by": None},
+            {"key_ms": 1400, "shown_ms": 3400, "by": "speculative"},  # an answer that foresaw the keys
+            {"key_ms": 5000, "shown_ms": 5500, "by": "first"},
+        ],
+        "requests": [request("warm-up", 0, 400), request("first", 100, 900, origin=0),
+                     request("speculative", 900, 1500, origin=900), request("first", 1600, 3400, origin=1200),
+                     request("first", 5000, 5500, origin=5000)],
+    }
+    f = run_figures(run)
+    assert f["shown_from_answer"] == 3 and f["shown_from_cache"] == 1 and f["never_shown"] == 1
+    assert f["shown_median_s"] == pytest.approx(0.9) and f["shown_p90_s"] == pytest.approx(1.78)
+    assert f["first"] == 3 and f["speculative"] == 1 and f["warm_ups"] == 1
+    assert f["fim_behind_warm_up"] == 1  # the first request at 100 ms, the warm-up in the server until 400
+    assert f["first_wait_median_s"] == pytest.approx(0.1)
+    summary = session_summary([dict(run, system="a", sampling="sampled"),
+                               dict(run, system="a", sampling="sampled", figures=dict(f, shown_median_s=2.0))])
+    row = summary[("a", "sampled")]
+    assert row["median_of_runs"] == pytest.approx(1.45) and row["median_spread"] == (0.9, 2.0)
 
 
-def test_session_runs_merge_only_over_the_same_requests():
-    part = {"script": [{"body_sha256": "1"}, {"body_sha256": "2"}], "runs": {"a": []}, "walls": {"a": 1.0}, "driver": "a"}
-    same = dict(part, runs={"b": []}, walls={"b": 2.0})
-    other = dict(part, script=[{"body_sha256": "3"}], runs={"c": []}, walls={"c": 3.0})
+def test_session_runs_merge_where_the_settings_are_the_same():
+    part = {"settings": {"seed": 1}, "runs": [{"system": "a"}], "commands": {"a": "x"}}
+    same = {"settings": {"seed": 1}, "runs": [{"system": "b"}], "commands": {"b": "y"}}
+    other = {"settings": {"seed": 2}, "runs": [{"system": "c"}], "commands": {"c": "z"}}
     merged = editor.merge([{"session": part}, {"session": same}, {"session": other}])
-    assert set(merged["session"]["runs"]) == {"a", "b"} and merged["session"]["walls"] == {"a": 1.0, "b": 2.0}
+    assert [r["system"] for r in merged["session"]["runs"]] == ["a", "b"]
 
 
 def test_session_is_an_editor_workload():
