@@ -155,9 +155,9 @@ demo: install
 
 # Tests by kind, a folder each: tests/unit (no model, seconds), tests/model (real models),
 # tests/server (`plookup serve` in a process of its own); tests/support holds what they share.
-# The checkout's harness (benchmarks/editors, benchmarks/servers) keeps its tests beside it, with
+# The checkout's harness (benchmarks/editors, benchmarks/servers, benchmarks/agents) keeps its tests beside it, with
 # fakes (no model, no server): they run with the unit tests.
-HARNESS_TESTS := benchmarks/editors/tests benchmarks/servers/tests
+HARNESS_TESTS := benchmarks/editors/tests benchmarks/servers/tests benchmarks/agents/tests
 
 test: install
 	$(PY) -m pytest -q -m "not slow" --durations=15 tests $(HARNESS_TESTS)

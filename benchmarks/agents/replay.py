@@ -19,7 +19,11 @@ agent's recorded history, not that answer, so every system sees the same prompts
 Per turn: the wall time, and from each server's /metrics (llama-server's names, which plookup
 serves too) the prompt tokens evaluated (a turn whose prompt extends the last one's reuses the
 cached prefix), the tokens generated, the decode calls, the draft tokens and accepted ones, and
-each server's own clock of its prompt evaluation and of its generation (``prompt_s``, ``decode_s``).
+each server's own clock of its prompt evaluation and of its generation (``prompt_s``, ``decode_s``);
+of plookup's accepted draft tokens, those from its cross-request memory (``from_memory``; the rest
+came from the request itself: the conversation so far and the answer). And of the answer: the
+tools it calls, and how many characters of their arguments copy the request's text (``copied``:
+an edit tool's old text read a turn before), the most an index over the conversation could draft.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ COUNTERS = {
     "decodes": "llamacpp:n_decode_total",
     "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
     "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+    "from_memory": "plookup_spec_decode_num_accepted_tokens_from_memory_total",  # plookup's alone: 0 on llama-server
     "prompt_s": "llamacpp:prompt_seconds_total",  # the server's own clock: prompt evaluation
     "decode_s": "llamacpp:tokens_predicted_seconds_total",  # and generation after it
 }
@@ -146,9 +151,64 @@ def replay(url: str, session: list[dict], cap: int) -> list[dict]:
         status, answer = send(url, request["path"], request["body"], cap)
         seconds = time.perf_counter() - began
         after = counters(url)
-        turns.append({"status": status, "seconds": seconds, "answer": answer,
-                      **{k: after[k] - before[k] for k in COUNTERS}})
+        turns.append({"status": status, "seconds": seconds, "answer": answer, "calls": [name for name, _ in calls_in(answer)],
+                      "copied": copied(answer, request["body"]), **{k: after[k] - before[k] for k in COUNTERS}})
     return turns
+
+
+MIN_COPY = 12  # characters: a shorter common piece is a word or a bit of syntax, not text copied
+
+
+def strings_in(value) -> list[str]:
+    """Every string inside a JSON value (a JSON text inside a string too: a call's arguments)."""
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings_in(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_in(v)]
+    if isinstance(value, str):
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            return [value]
+        return strings_in(inner) if isinstance(inner, (dict, list)) else [value]
+    return []
+
+
+def calls_in(answer: str) -> list[tuple]:
+    """(name, arguments) of each call in an answer (answer_of's JSON, whichever route gave it)."""
+    parts = json.loads(answer) if answer else []
+    if len(parts) == 2 and not isinstance(parts[0], list):  # chat completions: [content, [[name, arguments], ...]]
+        return [tuple(call) for call in parts[1]]
+    return [(p[1], p[2]) if p[0] == "function_call" else (p[2], p[3])  # responses' items, messages' blocks
+            for p in parts if p[0] in ("function_call", "tool_use")]
+
+
+def copied(answer: str, body: dict) -> list[int]:
+    """[characters of the answer's calls' arguments that copy text of the request (pieces of at
+    least MIN_COPY characters found in it: the file a turn read, an earlier turn's text), all
+    their characters]: what an index over the conversation could draft of an edit tool's
+    arguments, at most."""
+    arguments = [a for _, a in calls_in(answer)]
+    texts = [s for a in arguments for s in strings_in(a)]
+    source = "\n".join(strings_in(body))
+    covered = 0
+    for text in texts:
+        i = 0
+        while i < len(text):
+            length = longest_copy(text, i, source)
+            covered, i = covered + length, i + max(length, 1)
+    return [covered, sum(len(t) for t in texts)]
+
+
+def longest_copy(text: str, i: int, source: str) -> int:
+    """The longest piece of `text` from `i` found in `source`, if at least MIN_COPY long, else 0."""
+    if text[i : i + MIN_COPY] not in source or i + MIN_COPY > len(text):
+        return 0
+    low, high = MIN_COPY, len(text) - i  # found at low; find the longest by bisection
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if text[i : i + mid] in source else (low, mid - 1)
+    return low
 
 
 def summary(turns: list[dict]) -> str:
@@ -156,9 +216,11 @@ def summary(turns: list[dict]) -> str:
     p90 = seconds[min(len(seconds) - 1, int(0.9 * len(seconds)))]
     total = {k: sum(t[k] for t in turns) for k in COUNTERS}
     failed = sum(t["status"] != 200 for t in turns)
+    copies = [sum(t["copied"][i] for t in turns) for i in (0, 1)]
     return (f"turns {len(turns)} ({failed} failed), wall {sum(seconds):7.1f} s, per turn median {statistics.median(seconds):6.1f} s "
             f"p90 {p90:6.1f} s; prompt tokens {total['prompt_tokens']:.0f}, generated {total['generated']:.0f}, "
             f"decodes {total['decodes']:.0f}, accepted/drafted {total['accepted']:.0f}/{total['drafted']:.0f}; "
+            f"calls' arguments copying the request {copies[0]}/{copies[1]} characters; "
             f"the server's clock: prompt {total['prompt_s']:.1f} s, generation {total['decode_s']:.1f} s")
 
 
