@@ -44,9 +44,11 @@ samplers.
 sometimes a yank of 3-10 lines), opens the task's file with the function cut out, goes to the line
 above it, ``o``, and types the function back: a character every KEY_MS (120-280 ms: 60 words a
 minute), Enter with the next line's indentation at once (as autoindent would put it; the first
-line's indentation too), a pause of LINE_PAUSE_MS (0.8-2.5 s) at each line's start; REACTION_MS
-(400 ms) after a suggestion is shown, it presses Tab if the suggestion writes what it was going to
-type. The user never waits for a server: keys keep coming while a request runs. Then Esc, ``:w``.
+line's indentation too). At each line's start the user waits for a suggestion, up to PATIENCE_MS
+(5 s: answers on this project's 2 cores take seconds); REACTION_MS (400 ms) after a suggestion is
+shown, it presses Tab if the suggestion writes what it was going to type, else types on. Within a
+line the user never waits for a server: keys keep coming while a request runs (llama.vim's
+answers to keys typed since are cached, and shown only where they fit the cursor). Then Esc, ``:w``.
 Every delay is drawn from the seed and the user's place in the function (not from what happened
 before), so two systems' users type alike wherever their texts agree.
 
@@ -119,7 +121,7 @@ SAMPLINGS = ("sampled", "greedy")  # the bench's columns: llama.vim's samplers (
 
 # The user model
 KEY_MS = (120, 280)
-LINE_PAUSE_MS = (800, 2500)
+PATIENCE_MS = 5000  # at a line's start the user waits this long for a suggestion (this CPU's answers take seconds)
 READ_MS = (1500, 3000)
 REACTION_MS = 400
 DEFAULT_TASKS, DEFAULT_REPEATS = 3, 3
@@ -919,6 +921,7 @@ class Typist:
         self.typed = 0  # characters typed (not accepted)
         self.completed = 0
         self.typing: Optional[list] = None  # [task, the function's text, characters in the buffer]
+        self.waiting = False  # at a line's start, for a suggestion
         self.timer: Optional[int] = None
         self.steps = self.script()
         vim.on_shown = self.look
@@ -927,6 +930,7 @@ class Typist:
         self.step()
 
     def step(self) -> None:
+        self.waiting = False
         try:
             delay = next(self.steps)
         except StopIteration:
@@ -951,6 +955,9 @@ class Typist:
         line_start = text.rfind("\n", 0, typed) + 1
         written = text[:line_start] + "\n".join(lines)
         if len(written) <= typed or not text.startswith(written):
+            if self.waiting:  # read, and not what they meant: type on
+                vim.loop.cancel(self.timer)
+                self.timer = vim.loop.later(0, self.step)
             return
         vim.loop.cancel(self.timer)
         vim.tab()
@@ -982,7 +989,8 @@ class Typist:
             vim.open_below()
             self.keys += 1
             self.typing = [number, text, 0]
-            yield user_delay(self.seed, number, 0, LINE_PAUSE_MS)
+            self.waiting = True
+            yield PATIENCE_MS
             while self.typing[2] < len(text):
                 typed = self.typing[2]
                 line_start = text.rfind("\n", 0, typed) + 1
@@ -991,7 +999,10 @@ class Typist:
                     indent = following[: indent_of(following)]
                     vim.enter(indent)
                     self.typing[2] = typed + 1 + len(indent)
-                    delay = user_delay(self.seed, number, self.typing[2], LINE_PAUSE_MS)
+                    self.keys += 1
+                    self.waiting = True
+                    yield PATIENCE_MS
+                    continue
                 elif typed == line_start and indent_of(text[typed:].split("\n", 1)[0]):  # the first line's indent
                     indent = text[typed:][: indent_of(text[typed:].split("\n", 1)[0])]
                     vim.type(indent)
@@ -1083,7 +1094,7 @@ def run_sessions(systems: Sequence[str], start: Callable[[str], object], note, p
                      f"{f['requests']} requests, {run['user']['accepted']} accepted, {run['wall_s']:.0f} s")
     return {
         "settings": {"seed": seed, "tasks": tasks, "repeats": repeats, "samplings": list(samplings),
-                     "server_flags": SERVER_FLAGS, "n_ctx": n_ctx, "key_ms": KEY_MS, "line_pause_ms": LINE_PAUSE_MS,
+                     "server_flags": SERVER_FLAGS, "n_ctx": n_ctx, "key_ms": KEY_MS, "patience_ms": PATIENCE_MS,
                      "read_ms": READ_MS, "reaction_ms": REACTION_MS},
         "plan": [{"package": t.package, "path": t.path, "first_line": t.first + 1, "lines": t.end - t.first,
                   "visits": [vars(v) for v in t.visits]} for t in plan],

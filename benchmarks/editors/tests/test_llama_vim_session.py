@@ -420,11 +420,21 @@ def test_the_user_accepts_right_suggestions_and_writes_the_function_back():
 
 def test_the_user_keeps_typing_while_a_request_runs():
     plan = make_plan(PACKAGES, 3)[:1]
-    slow = live(oracle(PACKAGES, right=False), delay=5000)(None, PACKAGES, plan, 3, "sampled")
+    slow = live(oracle(PACKAGES, right=False), delay=3 * ts.PATIENCE_MS)(None, PACKAGES, plan, 3, "sampled")
     keys = [p["key_ms"] for p in slow["positions"]]
     first = [r for r in slow["requests"] if r["kind"] == "first"]
     assert len(keys) > 3 * len(first)  # many keys a request: the user did not wait
     assert all(p["by"] is None for p in slow["positions"])  # no answer was ever for where the cursor was
+
+
+def test_at_a_line_start_the_user_waits_for_a_suggestion_reads_it_and_types_on():
+    plan = make_plan(PACKAGES, 3)[:1]
+    run = live(oracle(PACKAGES, right=False), delay=600)(None, PACKAGES, plan, 3, "sampled")
+    positions = run["positions"]
+    read = [(p, q) for p, q in zip(positions, positions[1:]) if p["by"] in ("first", "speculative")]
+    assert read and all(q["key_ms"] == pytest.approx(p["shown_ms"] + ts.REACTION_MS) for p, q in read)
+    impatient = live(oracle(PACKAGES, right=False), delay=ts.PATIENCE_MS + 100)(None, PACKAGES, plan, 3, "sampled")
+    assert run_figures(impatient)["shown_from_answer"] == 0  # control: past the patience, never shown
 
 
 def test_a_seed_gives_one_session():
