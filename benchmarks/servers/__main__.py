@@ -37,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
                          help="with --concurrency: run llama-server's n-gram drafters with each of these longest "
                               "drafts (ngram-mod's n-max, ngram-simple's size-m; e.g. 16,64; default: "
                               "llama-server's own, 64 and 48)")
+    servers.add_argument("--server-spec-types", metavar="LIST",
+                         help="with --concurrency: which of llama-server's n-gram drafters run (default: "
+                              "ngram-mod,ngram-simple; a sweep adds ngram-map-k)")
     return servers
 
 
@@ -48,7 +51,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if binary is None and not args.replay:
             raise ValueError(f"{args.llama_server or 'llama-server on PATH'}: not found (give one with "
                              "--llama-server PATH; `make llama-server` builds one)")
-        return command.cmd_bench(args, LlamaServers(binary, args.server_draft_max, note))
+        return command.cmd_bench(args, LlamaServers(binary, args.server_draft_max, note, args.server_spec_types))
     except (ValueError, FileNotFoundError, RpcError) as e:
         print(f"{LlamaServers.prog}: {e}", file=sys.stderr)
         return 1

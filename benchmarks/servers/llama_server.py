@@ -26,7 +26,8 @@ from plookup.app.bench.systems import run_record
 # The single-stream comparison's llama-server systems, and the concurrency run's: decoding plainly
 # (None) and its model-free drafters.
 SPEC_TYPES = ("ngram-mod", "ngram-map-k")
-SERVER_SPEC_TYPES = (None, "ngram-mod", "ngram-simple")
+SERVER_SPEC_TYPES = ("ngram-mod", "ngram-simple")  # --server-spec-types' default
+SWEEPABLE_SPEC_TYPES = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v")  # those draft_max_flags can size
 STARTUP_SECONDS = 120
 
 
@@ -143,14 +144,18 @@ def server_record(reply: dict, total_s: float, eos_token: int, rss_mib: Optional
     return run_record(tokens, prefill, prefill + per_token, total_s, stats, rss_mib)
 
 
-def server_systems(draft_max: Optional[str]) -> list[tuple[Optional[str], Optional[int]]]:
+def server_systems(draft_max: Optional[str], spec_types: Optional[str] = None) -> list[tuple[Optional[str], Optional[int]]]:
     """(spec type, --draft-max) of each llama-server system of a concurrency level: plain, and each
-    n-gram drafter with each of the comma-separated --server-draft-max values (None: the server's
-    default)."""
+    n-gram drafter of the comma-separated `spec_types` (default SERVER_SPEC_TYPES) with each of the
+    comma-separated --server-draft-max values (None: the server's default)."""
     values = [int(v) for v in draft_max.split(",")] if draft_max else [None]
     if any(v is not None and v < 1 for v in values):
         raise ValueError(f"--server-draft-max: positive integers, got {draft_max!r}")
-    return [(None, None)] + [(spec, v) for spec in SERVER_SPEC_TYPES if spec for v in values]
+    types = spec_types.split(",") if spec_types else list(SERVER_SPEC_TYPES)
+    unknown = [t for t in types if t not in SWEEPABLE_SPEC_TYPES]
+    if unknown or not types:
+        raise ValueError(f"--server-spec-types: of {', '.join(SWEEPABLE_SPEC_TYPES)}, got {spec_types!r}")
+    return [(None, None)] + [(spec, v) for spec in types for v in values]
 
 
 class LlamaServers:
@@ -161,9 +166,9 @@ class LlamaServers:
 
     prog = "python -m benchmarks.servers"
 
-    def __init__(self, binary: str, draft_max: Optional[str] = None, note=print):
+    def __init__(self, binary: str, draft_max: Optional[str] = None, note=print, spec_types: Optional[str] = None):
         self.binary, self.draft_max, self.note = binary, draft_max, note
-        self.level_systems = server_systems(draft_max)
+        self.level_systems = server_systems(draft_max, spec_types)
 
     def single_stream(self, kwargs: dict, eos: int) -> list:
         """A callable starting each system of the single-stream comparison, its layers where

@@ -51,6 +51,10 @@ def test_server_systems_sweep_draft_max_for_each_ngram_drafter():
     assert server_systems(None) == [(None, None), ("ngram-mod", None), ("ngram-simple", None)]
     assert server_systems("16,64") == [(None, None), ("ngram-mod", 16), ("ngram-mod", 64),
                                        ("ngram-simple", 16), ("ngram-simple", 64)]
+    assert server_systems("32", "ngram-map-k,ngram-mod") == [(None, None), ("ngram-map-k", 32), ("ngram-mod", 32)]
+    for wrong in ("ngram-cache", "ngram-mod,", "draft"):  # ngram-cache has no length to set
+        with pytest.raises(ValueError, match="--server-spec-types"):
+            server_systems("16", wrong)
 
 
 FAKE_SERVER = '''#!/usr/bin/env python3
