@@ -105,8 +105,10 @@ def count_with_prediction(llm):
 
 
 def prediction_never_consulted(monkeypatch, llm):
-    """The control: a request's prediction never becomes a draft source."""
-    monkeypatch.setattr(index_drafter, "prediction_cursor", lambda prediction: None)
+    """The control: a request's prediction never becomes a draft source (each request begins as
+    one without a prediction; the drafter's warm-up, which makes a cursor of its own, is untouched)."""
+    begin = index_drafter.IndexDrafter._begin
+    monkeypatch.setattr(index_drafter.IndexDrafter, "_begin", lambda self, prediction: begin(self, ()))
 
 
 def test_a_prediction_drafts_from_the_first_step_where_the_prompt_ends_inside_it(llm, monkeypatch):
