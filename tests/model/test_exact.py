@@ -54,7 +54,10 @@ def test_prefill_makes_plain_decodings_llama_decode_calls(model_path):
     answer; n_batch 32 splits the longer prompts into chunks."""
     kwargs = dict(LLAMA_KWARGS, n_batch=32)
     plain = llama_cpp.Llama(model_path["smollm2"], **kwargs)
-    spec = plookup.Llama(model_path["smollm2"], max_draft=0, **kwargs)
+    # Nothing drafted, so nothing measured: n_batch 32 is a setting of its own, whose probe and
+    # curve a clean machine would measure for this test alone (11 s), and a doctor's settings would
+    # load the model otherwise than `plain`.
+    spec = plookup.Llama(model_path["smollm2"], max_draft=0, cost_curve=None, exactness=None, **kwargs)
     logs = DecodeLog(plain), DecodeLog(spec)
     first = "Rename `total` to `count`: def add(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
 
@@ -73,14 +76,21 @@ def test_prefill_makes_plain_decodings_llama_decode_calls(model_path):
     assert kv_positions(spec) == (0, spec.n_tokens - 1)
 
 
-@pytest.mark.budget(60)
+# One prompt of each kind of output (a docstring edit, a whole function, a proofread text, a
+# question): what decides the rule is the calls plookup makes, which
+# test_prefill_makes_plain_decodings_llama_decode_calls compares one by one. The first three are
+# among test_greedy.py's Gemma 3 prompts that meet no near-tie, whose plain decodings it keeps.
+NOTHING_DRAFTED = [PROMPTS[i] for i in (1, 7, 17, 23)]
+
+
+@pytest.mark.budget(30)
 def test_output_equals_plain_where_nothing_is_drafted(model_path, model_pair):
     """Any build: plookup with drafting off is plain decoding, bit for bit, for the whole output."""
     name, plain, _ = model_pair
-    spec = plookup.Llama(model_path[name], max_draft=0, **MODEL_KWARGS[name])
-    for workload in PROMPTS[::3]:
+    spec = plookup.Llama(model_path[name], max_draft=0, cost_curve=None, exactness=None, **MODEL_KWARGS[name])
+    for workload in NOTHING_DRAFTED:
         prompt = chat_prompt_tokens(spec, workload.messages)
-        reference, _ = plain_reference(plain, prompt, MAX_TOKENS)  # kept for test_greedy.py
+        reference, _ = plain_reference(plain, prompt, MAX_TOKENS)  # read off test_greedy.py's where it kept one
         tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), len(reference)))
         assert tokens == reference, f"{name} {workload.name}: differs at {first_divergence(reference, tokens)}"
         assert spec.last_stats.drafted == 0 and 0 < spec.last_stats.prefill_tokens <= len(prompt)  # prefix reuse

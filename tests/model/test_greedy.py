@@ -22,9 +22,13 @@ MAX_TOKENS = 96
 # tokens, so that every prompt's drafts are verified, accepted and rejected over a stretch of output
 # (the cache checks below); for SmolLM2, whose near-ties come early, that halves the test's time.
 AT_LEAST = 32
-# The code model decodes ~4x slower here: every third prompt (6 copy-heavy, 2 free-form). SmolLM2:
-# every other one (9 copy-heavy, 3 free-form); the exact leg checks all 24 to the last token.
-PROMPTS_PER_MODEL = {CODER: PROMPTS[::3], "smollm2": PROMPTS[::2]}
+# The code model decodes ~4x slower here: every sixth prompt (3 copy-heavy that meet no near-tie in
+# 96 tokens, 1 free-form; the four others of every third prompt met theirs within 13 tokens and
+# added 25 of its 315 tokens compared for some 30 % of its decoding). SmolLM2: every other one (9
+# copy-heavy, 3 free-form); Gemma 3 (262k vocabulary, its near-ties late: 116 s for all 24) the
+# others (9 copy-heavy, 3 free-form), so that the two bundled models together meet every prompt;
+# the exact leg checks all 24 to the last token.
+PROMPTS_PER_MODEL = {CODER: PROMPTS[::6], "smollm2": PROMPTS[::2], "gemma3": PROMPTS[1::2]}
 # Where plain greedy decoding meets its first near-tie (NEAR_TIE), per model and prompt, measured
 # (portable build, llama-cpp-python 0.3.36, 2 threads; 96: none): each prompt must compare nearly
 # that many tokens (:func:`least_compared`). A near-tie at the first token leaves nothing to compare.
@@ -60,10 +64,10 @@ def least_compared(measured: int) -> int:
     return measured - max(1, measured // 10) if measured else 0
 
 
-@pytest.mark.budget(180)  # Gemma 3; SmolLM2 and the code model take less
+@pytest.mark.budget(90)  # Gemma 3; SmolLM2 and the code model take less
 def test_greedy_equals_plain_until_first_near_tie(any_model_pair, capsys):
     name, plain, spec = any_model_pair
-    prompts = PROMPTS_PER_MODEL.get(name, PROMPTS)
+    prompts = PROMPTS_PER_MODEL[name]
     identical, accepted_on_copy, checked = 0, 0, 0
     for workload in prompts:
         prompt = chat_prompt_tokens(spec, workload.messages)

@@ -61,8 +61,9 @@ def plain_reference(
 ) -> tuple[list[int], list[float]]:
     """:func:`greedy_with_gaps`, read off an earlier decoding of the same prompt by the same model
     object where one decoded as far: decoding is deterministic, so a shorter or near-tie-bounded
-    decoding is a prefix of a longer one. Only decodings without a near-tie bound are kept (a
-    bounded one is decoded, not kept). Leaves `llm`'s cache as it was when nothing is decoded."""
+    decoding is a prefix of a longer one. A decoding is kept unless its near-tie bound cut it short
+    (one that met no near-tie, or met it only at its end-of-generation, is the unbounded
+    decoding). Leaves `llm`'s cache as it was when nothing is decoded."""
     kept = _decoded.setdefault(llm, {})
     key = tuple(prompt)
     if key in kept:
@@ -73,7 +74,8 @@ def plain_reference(
                     return tokens[: i + 1], gaps[: i + 1]
             return tokens[:max_tokens], gaps[:max_tokens]
     tokens, gaps = greedy_with_gaps(llm, prompt, max_tokens, near_tie, at_least)
-    if near_tie is None:
+    ended = bool(tokens) and llama_cpp.llama_vocab_is_eog(llm._model.vocab, tokens[-1])
+    if near_tie is None or len(tokens) == max_tokens or ended:
         kept[key] = (tokens, gaps, max_tokens)
     return tokens, gaps
 
