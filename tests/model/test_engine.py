@@ -170,8 +170,12 @@ def test_batches_from_python_and_a_hang_up(parallel_smol, references):
 @pytest.mark.budget(45)
 def test_sampling_keeps_each_requests_distribution_with_four_at_once(parallel_smol, model_pair_smol):
     """The chi-squared test of test_sampling.py, with four requests in every step: each request's
-    first tokens, sampled at temperature 1 from its own seed, against plain decoding's."""
-    from support.sampling import N_SAMPLES, N_TOKENS, PROMPT, SETTINGS, _generate_args, homogeneity_p_value, plain_counts
+    first tokens, sampled at temperature 1 from its own seed, against plain decoding's (its 400
+    draws, test_sampling.py's), with 200 of its own: the rule itself has 400 a side there, and the
+    broken rule planted on four slots was rejected here at p = 2e-39 (docs/lab/notebook.md,
+    "CI's legs")."""
+    from support.sampling import N_SAMPLES_CHAIN as N_SAMPLES
+    from support.sampling import N_TOKENS, PROMPT, SETTINGS, _generate_args, homogeneity_p_value, plain_counts
 
     name, plain, _ = model_pair_smol
     llm = parallel_smol
