@@ -1,5 +1,5 @@
-"""Server soak: 1,000 mixed requests from 8 concurrent clients on 127.0.0.1, some over the server's
-limits, some abandoned (mid-stream, or a non-streamed request whose client hangs up); then 400 more
+"""Server soak: 500 mixed requests from 8 concurrent clients on 127.0.0.1, some over the server's
+limits, some abandoned (mid-stream, or a non-streamed request whose client hangs up); then 200 more
 with --parallel 4, where up to four of them decode in the same steps (their prefills included).
 
 Every request is answered, refused with its 4xx (413, 400; a 429 is retried, as OpenAI's client
@@ -30,9 +30,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import serving
 
 MODEL = "soak"
-N_REQUESTS = 1000
+N_REQUESTS = 500
 N_CLIENTS = 8
-RSS_GROWTH_BOUND_MIB = 150  # indexes, metrics and Python garbage: no per-request leak can fit
+# What the server's memory may grow by per request sent (indexes, metrics and Python garbage): a
+# leak of one logits row a request (SmolLM2's 49k floats, 192 KiB) cannot fit. It was 150 MiB over
+# 1,000 requests; half as many requests, half the bound (the server grew by 9 MiB over 500 here,
+# and by 14 MiB over 200 with --parallel 4, whose bound is 29 MiB).
+RSS_GROWTH_BOUND_KIB_PER_REQUEST = 150
 
 ABC = "a b c d e f g h i j k l m\na b c d e f g h i j k l m\na b c d e"
 COUNT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
@@ -114,11 +118,13 @@ def assert_answered(plan: list, results: list) -> list[int]:
     return refused
 
 
+# --parallel 4's budget holds its server's start on a clean machine: /health waits for its
+# four-slot curve (256 rows), measured in the background, some 90 s (its requests took 28 s).
 @pytest.mark.parametrize(
     "parallel, n_requests",
-    [pytest.param(1, N_REQUESTS, marks=pytest.mark.budget(270)), pytest.param(4, 400, marks=pytest.mark.budget(100))],
+    [pytest.param(1, N_REQUESTS, marks=pytest.mark.budget(120)), pytest.param(4, 200, marks=pytest.mark.budget(130))],
 )
-def test_thousand_mixed_requests(parallel, n_requests):
+def test_mixed_requests(parallel, n_requests):
     # The default queue (16) holds all 8 clients; test_serve_hardening.py fills a shorter one.
     options = ("--max-body-bytes", "65536", "--max-prediction-tokens", "256", "--parallel", str(parallel))
     with serving(MODEL, *options) as (url, process):
@@ -176,7 +182,7 @@ def test_thousand_mixed_requests(parallel, n_requests):
     assert len(checked) >= len(answered) // 4
     wrong = [name for name in mismatches if name in checked]
     assert wrong == [], f"{len(wrong)} answers differ from the serial run, e.g. {wrong[:3]}"
-    assert (rss_after - rss_before) / 2**20 < RSS_GROWTH_BOUND_MIB
+    assert (rss_after - rss_before) / 2**10 < RSS_GROWTH_BOUND_KIB_PER_REQUEST * n_requests
     # Every slot was given back, and the steps decoded more than one token each.
     assert engine["plookup_active_slots"] == 0 and engine["plookup_step_rows_total"] > engine["plookup_steps_total"] > 0
     print(f"\n--parallel {parallel}: {n_requests} requests in {seconds:.0f} s from {N_CLIENTS} clients: {len(answered)} answered "
