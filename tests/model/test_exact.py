@@ -206,7 +206,7 @@ def test_exact_build_gives_plains_text_to_concurrent_requests(model_path):
 
     plain = llama_cpp.Llama(model_path["smollm2"], **LLAMA_KWARGS)
     # Drafts sized by the built-in curve: what is checked is exactness, whatever the drafts' sizes,
-    # and a measured 4-slot curve (up to 260 rows) is the default legs' (tests/model/test_engine.py).
+    # and a measured 4-slot curve (up to 68 rows) is the default legs' (tests/model/test_engine.py).
     spec = plookup.Llama(model_path["smollm2"], parallel=4, cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
     checks = cached_slot_invariance(spec)
     assert slots_exact(checks, "streams") and not slots_exact(checks, "unified")

@@ -67,8 +67,10 @@ def test_a_bad_speculative_field_fails_before_any_work(smol):
 @pytest.mark.budget(40)
 def test_every_slot_keeps_its_drafter_and_index_between_requests(model_path):
     """Slot 1's follow-up request drafts with the drafter of its first one, which indexes only what
-    is new (slots >= 1 used to get a fresh drafter, and index the whole prompt, at every request)."""
-    llm = plookup.Llama(model_path["smollm2"], parallel=2, **LLAMA_KWARGS)
+    is new (slots >= 1 used to get a fresh drafter, and index the whole prompt, at every request).
+    Its drafts are sized by the built-in curve, as `smol`'s: a measured two-slot curve (130 rows,
+    55 s on a clean machine) would decide nothing this test reads."""
+    llm = plookup.Llama(model_path["smollm2"], parallel=2, cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
     first = llm.generate(list(range(500, 540)) * 2, temp=0.0)
     next(first)  # slot 0 is taken by this generation, still open
     prompt = REPEATS
