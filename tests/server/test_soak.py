@@ -34,9 +34,11 @@ N_REQUESTS = 500
 N_CLIENTS = 8
 # What the server's memory may grow by per request sent (indexes, metrics and Python garbage): a
 # leak of one logits row a request (SmolLM2's 49k floats, 192 KiB) cannot fit. It was 150 MiB over
-# 1,000 requests; half as many requests, half the bound (the server grew by 9 MiB over 500 here,
-# and by 14 MiB over 200 with --parallel 4, whose bound is 29 MiB).
+# 1,000 requests; half as many requests, half the bound (the server grew by 9 MiB over 500 here).
+# With --parallel 4 it grew by 14-17 MiB over 200, whatever the count (four slots' warm-up): its
+# bound is at least 32 MiB, which one such leak over 200 requests (37.5 MiB) alone exceeds.
 RSS_GROWTH_BOUND_KIB_PER_REQUEST = 150
+RSS_GROWTH_FLOOR_MIB = 32
 
 ABC = "a b c d e f g h i j k l m\na b c d e f g h i j k l m\na b c d e"
 COUNT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
@@ -118,15 +120,18 @@ def assert_answered(plan: list, results: list) -> list[int]:
     return refused
 
 
-# --parallel 4's budget holds its server's start on a clean machine: /health waits for its
-# four-slot curve (256 rows), measured in the background, some 90 s (its requests took 28 s).
+# With --parallel 4, drafts of up to 16 tokens a slot: on a clean machine /health waits for the
+# server's four-slot curve, measured in the background, whose 256 rows (64 a slot) took 90 s of the
+# test's 121 (its requests 28 s); 68 rows with 16.
 @pytest.mark.parametrize(
     "parallel, n_requests",
-    [pytest.param(1, N_REQUESTS, marks=pytest.mark.budget(120)), pytest.param(4, 200, marks=pytest.mark.budget(130))],
+    [pytest.param(1, N_REQUESTS, marks=pytest.mark.budget(120)), pytest.param(4, 200, marks=pytest.mark.budget(60))],
 )
 def test_mixed_requests(parallel, n_requests):
     # The default queue (16) holds all 8 clients; test_serve_hardening.py fills a shorter one.
     options = ("--max-body-bytes", "65536", "--max-prediction-tokens", "256", "--parallel", str(parallel))
+    if parallel > 1:
+        options += ("--max-draft", "16")
     with serving(MODEL, *options) as (url, process):
         port = int(url.rsplit(":", 1)[1])
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
@@ -182,7 +187,7 @@ def test_mixed_requests(parallel, n_requests):
     assert len(checked) >= len(answered) // 4
     wrong = [name for name in mismatches if name in checked]
     assert wrong == [], f"{len(wrong)} answers differ from the serial run, e.g. {wrong[:3]}"
-    assert (rss_after - rss_before) / 2**10 < RSS_GROWTH_BOUND_KIB_PER_REQUEST * n_requests
+    assert (rss_after - rss_before) / 2**10 < max(RSS_GROWTH_BOUND_KIB_PER_REQUEST * n_requests, RSS_GROWTH_FLOOR_MIB * 2**10)
     # Every slot was given back, and the steps decoded more than one token each.
     assert engine["plookup_active_slots"] == 0 and engine["plookup_step_rows_total"] > engine["plookup_steps_total"] > 0
     print(f"\n--parallel {parallel}: {n_requests} requests in {seconds:.0f} s from {N_CLIENTS} clients: {len(answered)} answered "
