@@ -41,7 +41,7 @@ from pathlib import Path
 from plookup.app.bench.local_server import free_port, wait_healthy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ from a checkout, run as a script
-from benchmarks.servers.llama_server import draft_max_flags  # noqa: E402  one home for the length flags
+from benchmarks.servers.llama_server import SWEEPABLE_SPEC_TYPES, draft_max_flags  # noqa: E402  one home for the length flags
 from plookup.app.models import resolve_model
 
 THREADS = 2
@@ -52,7 +52,7 @@ SYSTEMS = {  # name: (server, its flags beyond the common ones)
 }
 # and "llama-server TYPE [N]": one of llama-server's n-gram drafters, its drafts at most N long
 # (its default length where N is not given), e.g. "llama-server ngram-simple 32"
-NGRAM_TYPES = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v")
+NGRAM_TYPES = SWEEPABLE_SPEC_TYPES  # those whose draft length draft_max_flags sets
 DEFAULT_SYSTEMS = ("plookup", "llama-server", "llama-server ngram-mod")
 REFERENCE = "llama-server"  # whose answers the others' texts are compared with
 COUNTERS = {
@@ -151,8 +151,9 @@ def replay(url: str, session: list[dict], cap: int) -> list[dict]:
         status, answer = send(url, request["path"], request["body"], cap)
         seconds = time.perf_counter() - began
         after = counters(url)
-        turns.append({"status": status, "seconds": seconds, "answer": answer, "calls": [name for name, _ in calls_in(answer)],
-                      "copied": copied(answer, request["body"]), **{k: after[k] - before[k] for k in COUNTERS}})
+        calls = calls_in(answer)
+        turns.append({"status": status, "seconds": seconds, "answer": answer, "calls": [name for name, _ in calls],
+                      "copied": copied(calls, request["body"]), **{k: after[k] - before[k] for k in COUNTERS}})
     return turns
 
 
@@ -183,13 +184,12 @@ def calls_in(answer: str) -> list[tuple]:
             for p in parts if p[0] in ("function_call", "tool_use")]
 
 
-def copied(answer: str, body: dict) -> list[int]:
-    """[characters of the answer's calls' arguments that copy text of the request (pieces of at
+def copied(calls: list[tuple], body: dict) -> list[int]:
+    """[characters of the `calls`' arguments (:func:`calls_in`) that copy text of the request (pieces of at
     least MIN_COPY characters found in it: the file a turn read, an earlier turn's text), all
     their characters]: what an index over the conversation could draft of an edit tool's
     arguments, at most."""
-    arguments = [a for _, a in calls_in(answer)]
-    texts = [s for a in arguments for s in strings_in(a)]
+    texts = [s for _, arguments in calls for s in strings_in(arguments)]
     source = "\n".join(strings_in(body))
     covered = 0
     for text in texts:

@@ -125,7 +125,7 @@ class ServerSystem:
 def draft_max_flags(spec_type: str, draft_max: int) -> list[str]:
     if spec_type == "ngram-mod":
         return ["--spec-ngram-mod-n-max", str(draft_max), "--spec-ngram-mod-n-min", str(min(draft_max, 48))]
-    if spec_type in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
+    if spec_type in SWEEPABLE_SPEC_TYPES:
         return [f"--spec-{spec_type}-size-m", str(draft_max)]
     raise ValueError(f"no draft length to set for llama-server's {spec_type}")
 
@@ -153,7 +153,7 @@ def server_systems(draft_max: Optional[str], spec_types: Optional[str] = None) -
         raise ValueError(f"--server-draft-max: positive integers, got {draft_max!r}")
     types = spec_types.split(",") if spec_types else list(SERVER_SPEC_TYPES)
     unknown = [t for t in types if t not in SWEEPABLE_SPEC_TYPES]
-    if unknown or not types:
+    if unknown:
         raise ValueError(f"--server-spec-types: of {', '.join(SWEEPABLE_SPEC_TYPES)}, got {spec_types!r}")
     return [(None, None)] + [(spec, v) for spec in types for v in values]
 

@@ -26,7 +26,7 @@ def test_an_edit_copying_the_file_it_read_is_counted_and_new_text_is_not():
     body = {"messages": [{"role": "tool", "content": "class Inventory:\n" + old + "\n"}]}
     new = "    def stock_value(self):"
     answer = json.dumps([None, [["edit", json.dumps({"filePath": "inventory.py", "oldString": old, "newString": new})]]])
-    covered, total = copied(answer, body)
+    covered, total = copied(calls_in(answer), body)
     assert total == len("inventory.py") + len(old) + len(new)
     # the old text whole, and of the new one its four leading spaces and "def " are too short to count
     assert covered == len(old) + len("_value(self):")
@@ -50,12 +50,12 @@ def test_copied_characters_equal_a_brute_force_count_on_random_texts():
         texts = [source[rng.randint(0, len(source)) :][: rng.randint(0, 40)] + "".join(rng.choice("abc ") for _ in range(rng.randint(0, 30)))
                  for _ in range(rng.randint(1, 3))]
         answer = json.dumps([None, [["edit", json.dumps({f"k{i}": t for i, t in enumerate(texts)})]]])
-        assert copied(answer, {"input": source}) == [reference_copied(texts, source), sum(map(len, texts))]
+        assert copied(calls_in(answer), {"input": source}) == [reference_copied(texts, source), sum(map(len, texts))]
 
 
 def test_a_short_common_piece_is_not_a_copy(monkeypatch):
     body = {"input": "x = compute(total)"}
     answer = json.dumps([None, [["bash", json.dumps({"command": "compute(total)"})]]])  # 14 characters, copied
-    assert copied(answer, body) == [14, 14]
+    assert copied(calls_in(answer), body) == [14, 14]
     monkeypatch.setattr(replay, "MIN_COPY", 15)  # the control: one character past the piece, no copy
-    assert copied(answer, body) == [0, 14]
+    assert copied(calls_in(answer), body) == [0, 14]
