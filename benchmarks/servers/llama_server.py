@@ -51,7 +51,7 @@ class ServerSystem:
     they are (e.g. `--rpc HOST:PORT`)."""
 
     def __init__(self, binary: str, spec_type: Optional[str], model_kwargs: dict, eos_token: int, slots: int = 1,
-                 draft_max: Optional[int] = None, extra_flags: Sequence[str] = ()):
+                 draft_max: Optional[int] = None, extra_flags: Sequence[str] = (), started: bool = True):
         self.name = f"server-{spec_type or 'plain'}" + (f"-{draft_max}" if draft_max else "")
         self.eos_token = eos_token
         port = free_port()
@@ -64,7 +64,9 @@ class ServerSystem:
         self.argv = [binary, "-m", model_kwargs["model_path"], "--host", "127.0.0.1", "--port", str(port),
                      "-c", str(slots * model_kwargs["n_ctx"]), "-t", threads, "-tb", threads, "-np", str(slots),
                      *flags, *extra_flags]
-        self.start()
+        self.process: Optional[subprocess.Popen] = None
+        if started:
+            self.start()
 
     def start(self) -> None:
         self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -117,7 +119,8 @@ class ServerSystem:
         return dict(start=start, times=times[:max_tokens], forward_passes=None, accepted=None)
 
     def close(self) -> None:
-        stop(self.process, 10)
+        if self.process is not None:
+            stop(self.process, 10)
 
 
 # How long llama-server's n-gram drafts may be, by spec type (its defaults: ngram-mod 48-64,
@@ -187,10 +190,8 @@ class LlamaServers:
         return [functools.partial(start, spec_type) for spec_type in SPEC_TYPES]
 
     def level(self, kwargs: dict, eos: int, clients: int) -> list:
-        """The systems of a concurrency level, each started with `clients` slots."""
-        servers = []
-        for spec, draft_max in self.level_systems:
-            self.note(f"concurrency {clients}: starting llama-server -np {clients} --spec-type {spec or 'none'}"
-                      + (f" --draft-max {draft_max}" if draft_max else ""))
-            servers.append(ServerSystem(self.binary, spec, kwargs, eos, slots=clients, draft_max=draft_max))
-        return servers
+        """The systems of a concurrency level, each with `clients` slots, none started: the bench
+        starts each afresh for its run and stops it after (:meth:`ServerSystem.restart`), so that
+        no idle server holds its model's memory while the others run."""
+        return [ServerSystem(self.binary, spec, kwargs, eos, slots=clients, draft_max=draft_max, started=False)
+                for spec, draft_max in self.level_systems]

@@ -99,3 +99,25 @@ def test_a_restarted_llama_server_is_a_fresh_process_on_the_same_address(tmp_pat
     finally:
         server.close()
     assert server.process.poll() is not None
+
+
+def test_a_levels_servers_start_only_for_their_runs(tmp_path):
+    """A concurrency level's llama-servers are made unstarted (a sweep's ten idle servers held
+    ten models in memory): the bench starts each for its run and stops it after."""
+    import os
+    import sys
+
+    binary = tmp_path / "llama-server"
+    binary.write_text(FAKE_SERVER.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
+    os.chmod(binary, 0o755)
+    kwargs = dict(model_path="m.gguf", n_threads=2, n_ctx=512)
+    servers = LlamaServers(str(binary), draft_max="16,64", note=lambda m: None).level(kwargs, eos=2, clients=4)
+    assert len(servers) > 2 and all(s.process is None for s in servers)
+    server = servers[-1]
+    try:
+        server.restart()
+        assert server.process.poll() is None
+    finally:
+        server.close()
+    assert server.process.poll() is not None
+    servers[0].close()  # never started: nothing to stop

@@ -247,10 +247,13 @@ def run_workload(args, llm, clients: int, kind: str, requests: RequestSet, syste
                 llm.trace_steps(args.trace)
                 request = functools.partial(timed_request, llm, n_max=local[system])
             else:
+                note(f"c={clients} {kind}: starting {system} (llama-server -np {clients})")
                 remote.restart()  # its n-gram pool would hold the answers of the runs before
                 request = remote.stream
                 warm_up(request)
             cell = run_cell(request, prompts, clients, max_tokens, temperature, through_eog)
+            if remote is not None:
+                remote.close()  # one model in memory at a time
             cells[system].append(cell)
             note(f"c={clients} {kind} {system}: {cells[system][-1]['tokens_per_second']:.1f} tok/s, "
                  f"{cells[system][-1]['decode_tokens_per_second']:.1f} decoding")
