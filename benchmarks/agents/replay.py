@@ -29,6 +29,7 @@ an edit tool's old text read a turn before), the most an index over the conversa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -37,6 +38,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 from plookup.app.bench.local_server import free_port, wait_healthy
 
@@ -65,6 +67,23 @@ COUNTERS = {
     "prompt_s": "llamacpp:prompt_seconds_total",  # the server's own clock: prompt evaluation
     "decode_s": "llamacpp:tokens_predicted_seconds_total",  # and generation after it
 }
+
+
+def load_session(path: str) -> list[dict]:
+    """A recorded session: its requests, one JSON object a line."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@contextlib.contextmanager
+def serving(system: str, binary: str, model: str, n_ctx: int) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`system` started afresh, stopped after: yields (its process, its URL)."""
+    process, url = start(system, binary, model, n_ctx)
+    try:
+        yield process, url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
 
 
 def start(system: str, binary: str, model: str, n_ctx: int) -> tuple[subprocess.Popen, str]:
@@ -244,8 +263,7 @@ def main() -> None:
     parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"of {', '.join(SYSTEMS)}, or 'llama-server TYPE [N]'")
     parser.add_argument("--json")
     args = parser.parse_args()
-    with open(args.session, encoding="utf-8") as f:
-        session = [json.loads(line) for line in f if line.strip()]
+    session = load_session(args.session)
     model = resolve_model(args.model)
     systems = [name.strip() for name in args.systems.split(",")]
     for name in systems:
@@ -255,12 +273,8 @@ def main() -> None:
     for repeat in range(args.runs):
         order = systems if repeat % 2 == 0 else systems[::-1]  # alternating: the machine's drift falls on both
         for system in order:
-            process, url = start(system, args.llama_server, model, args.n_ctx)
-            try:
+            with serving(system, args.llama_server, model, args.n_ctx) as (_, url):
                 turns = replay(url, session, args.max_tokens)
-            finally:
-                process.terminate()
-                process.wait(timeout=60)
             print(f"{system:30s} run {repeat + 1}: {summary(turns)}", flush=True)
             record["runs"].append({"system": system, "repeat": repeat, "turns": turns})
     for system in systems:

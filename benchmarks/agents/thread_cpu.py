@@ -47,10 +47,8 @@ def main() -> None:
     parser.add_argument("--py-spy", metavar="PATH")
     parser.add_argument("--n-ctx", type=int, default=32768)
     args = parser.parse_args()
-    with open(args.session, encoding="utf-8") as f:
-        session = [json.loads(line) for line in f if line.strip()]
-    process, url = replay.start(args.system, args.llama_server, args.model, args.n_ctx)
-    try:
+    session = replay.load_session(args.session)
+    with replay.serving(args.system, args.llama_server, args.model, args.n_ctx) as (process, url):
         for i, request in enumerate(session):
             before, began, clock = thread_cpu(process.pid), time.perf_counter(), replay.counters(url)["prompt_s"]
             if i == 1 and args.py_spy:
@@ -63,9 +61,6 @@ def main() -> None:
             print(json.dumps({"system": args.system, "turn": i, "wall": round(wall, 2),
                               "prompt_s": round(replay.counters(url)["prompt_s"] - clock, 2),
                               "cpu": round(sum(spent.values()), 2), "threads": spent}), flush=True)
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 if __name__ == "__main__":
