@@ -607,6 +607,16 @@ def test_bad_bodies_are_400_naming_the_field(coder, route, body, param):
     assert response.json()["error"]["param"] == param, response.json()
 
 
+def test_several_prompts_are_all_checked_before_any_is_generated(coder):
+    """A bad second prompt is a 400 before the first is answered (it asked for no limit: it ran
+    to the end of the context, a minute on the code model, then the 400 came)."""
+    steps = lambda: samples(coder)["plookup_steps_total{}"]  # noqa: E731
+    before = steps()
+    response = coder.post("/completion", json={"prompt": ["a", [1, 10**9]]})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "prompt.1", response.text
+    assert steps() == before
+
+
 # -- the hardening covers the new routes
 
 

@@ -390,11 +390,13 @@ def add_generation_routes(app: FastAPI, service) -> None:
             return await complete(request, body, prompt_ids(llm, prompt, "prompt"))
         if body.stream and len(prompt) > 1:
             raise APIError(400, "several prompts are served without stream", param="prompt")
+        # Every prompt checked before any is generated, as llama-server tokenizes them all first: a
+        # bad one is a 400 at once, not after the others' answers were computed and thrown away.
+        ids = [None if isinstance(one, str) else prompt_ids(llm, one, f"prompt.{i}" if len(prompt) > 1 else "prompt")
+               for i, one in enumerate(prompt)]
         answers = []
-        for i, one in enumerate(prompt):
-            field = f"prompt.{i}" if len(prompt) > 1 else "prompt"
+        for one, tokens in zip(prompt, ids):
             single = body.model_copy(update={"prompt": one if isinstance(one, str) else ""})
-            tokens = None if isinstance(one, str) else prompt_ids(llm, one, field)
             answer = await complete(request, single, tokens)
             if len(prompt) == 1:
                 return answer
