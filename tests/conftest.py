@@ -76,10 +76,14 @@ _pairs: dict[str, tuple] = {}
 
 
 def pair(name: str, paths: ModelPaths) -> tuple:
-    """(name, plain llama_cpp.Llama, plookup.Llama), loaded once per session."""
+    """(name, plain llama_cpp.Llama, plookup.Llama), loaded once per session; the plookup.Llama
+    probes its exactness as a user's does, and sizes drafts by the built-in CPU curve."""
     if name not in _pairs:
         path, kwargs = paths[name], MODEL_KWARGS[name]
-        _pairs[name] = (name, llama_cpp.Llama(path, **kwargs), plookup.Llama(path, **kwargs))
+        # The built-in curve sizes the drafts (see `smol`): they are what these tests check, the
+        # same on every machine, and measuring each model's curve cost 20-40 s of the model leg
+        # (tests/model/test_reliability.py and the doctor's tests measure curves).
+        _pairs[name] = (name, llama_cpp.Llama(path, **kwargs), plookup.Llama(path, cost_curve=CPU_COST_CURVE, **kwargs))
     return _pairs[name]
 
 

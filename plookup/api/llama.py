@@ -55,7 +55,8 @@ class Llama(Readings, RunningCallView):
     plookup's arguments (the README's "Usage" tells each in full):
 
     - ``drafter``: what :func:`plookup.make_drafter` builds (default: a suffix drafter);
-      ``max_draft``: the most draft tokens a step verifies, 0 for none (default: the drafter's).
+      ``max_draft``: the most draft tokens a step verifies, 0 for none (default: the drafter's;
+      0 on one slot measures neither figure below, and ``.exact`` stays None).
     - ``cost_curve``: "auto" measures this model's verify-cost curve here once (cached, see
       :mod:`plookup.measure.costs`); an array gives it; None keeps the drafter's own.
     - ``exactness``: "auto" loads the model with the settings ``plookup doctor`` found exact for it

@@ -60,6 +60,12 @@ def calibrate(llm, exactness, cost_curve, streams: bool, calibration: str = "blo
         return
     with phase("loading the drafting kernels", "(compiled once into numba's cache: `make install` does it)"):
         llm.drafter.warm_up()  # now, not inside the first generation
+    if llm.drafter.max_draft <= 0 and llm.parallel == 1:
+        # One slot that never drafts (a request's bound only lowers max_draft): the figures would
+        # bound and size drafts never made. (With several slots the curve also prices a step's
+        # throwaway rows, plookup.draft.sizing.fillers_worth_adding.) Measuring took minutes.
+        log.info("drafting off (max_draft 0, one slot): no exactness probe or verify-cost curve needed")
+        return
     if calibration == "blocking":
         apply_figures(llm, exactness, cost_curve, streams)
         return

@@ -111,7 +111,7 @@ def test_the_probe_tells_the_builds_apart(model_path, smollm2_q8_0):
         singles = len(curve_sizes(DEFAULT_MAX_N)) - 1  # n = 2..17, then 24, 32, ..., 64, 65
         assert len(verdict.checks) == singles + 13 == 23 + 13  # and n = 4..16 two-branch
         assert verdict.single_invariant == EXACT_BUILD, verdict.summary()
-        assert (plookup.Llama(path, **LLAMA_KWARGS).exact is True) == EXACT_BUILD
+        assert (plookup.Llama(path, cost_curve=None, **LLAMA_KWARGS).exact is True) == EXACT_BUILD
 
 
 @pytest.mark.exact_build
@@ -188,7 +188,7 @@ TRUNCATING = {
 @pytest.mark.budget(60)
 def test_exact_build_samples_plains_distribution_with_truncation(model_path, setting):
     plain = llama_cpp.Llama(model_path["smollm2"], **LLAMA_KWARGS)
-    eager = plookup.Llama(model_path["smollm2"], drafter=EagerDrafter(), **LLAMA_KWARGS)
+    eager = plookup.Llama(model_path["smollm2"], drafter=EagerDrafter(), cost_curve=None, **LLAMA_KWARGS)
     assert eager.exact
     assert_same_distribution("smollm2", plain, eager, setting, TRUNCATING)
 

@@ -245,7 +245,7 @@ def test_generate_runs_into_n_ctx_and_stops(llm, plain, repeats, expected):
     assert_recovers(llm, expected)
 
 
-@pytest.mark.parametrize("n_ctx", [8, 64])
+@pytest.mark.parametrize("n_ctx", [8, 16])
 def test_cost_curve_fits_a_small_context(model_path, monkeypatch, tmp_path, n_ctx):
     # Measuring used to evaluate 256 tokens of context whatever n_ctx was.
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
@@ -254,6 +254,20 @@ def test_cost_curve_fits_a_small_context(model_path, monkeypatch, tmp_path, n_ct
     cost = measure_cost_curve(small, repeats=1)
     assert len(cost) == min(DEFAULT_MAX_N, n_ctx) and np.all(np.isfinite(cost) & (cost > 0))
     assert complete(small, [19], max_tokens=4)["usage"]["completion_tokens"] == 4
+
+
+@pytest.mark.parametrize("max_draft", [0, 1])
+def test_a_model_that_never_drafts_measures_nothing(model_path, monkeypatch, tmp_path, max_draft):
+    """max_draft 0 (drafting off) on one slot: no exactness probe or cost curve at load, as none
+    would be read; 1 (the control) measures both."""
+    monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
+    llm = plookup.Llama(model_path["smollm2"], max_draft=max_draft, **dict(KWARGS, n_ctx=8))  # 8 rows: seconds
+    measured = sorted(p.parent.name for p in tmp_path.glob("*/*.json"))
+    if max_draft:
+        assert measured == ["cost-curves", "invariance"] and llm.exact is not None
+    else:
+        assert measured == [] and llm.exact is None and llm.calibration_pending is None
+        assert complete(llm, [19], max_tokens=4)["usage"]["completion_tokens"] == 4
 
 
 # -- interruption
@@ -410,11 +424,11 @@ def test_cost_curve_cache_is_owner_only_and_a_corrupt_one_is_replaced(model_path
     from plookup.measure.costs import cached_cost_curve, curve_key
 
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
-    llm = plookup.Llama(model_path["smollm2"], **dict(KWARGS, n_ctx=64))  # measures and caches
+    llm = plookup.Llama(model_path["smollm2"], **dict(KWARGS, n_ctx=8))  # measures (8 rows: seconds) and caches
     path = tmp_path / "cost-curves" / f"{curve_key(llm)}.json"
     assert path.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
     path.write_text('{"cost": [1.0, ')
     with pytest.warns(UserWarning, match="unreadable verify-cost curve"):
         cost = cached_cost_curve(llm)
-    assert len(cost) == 64 and json.loads(path.read_text())["cost"] == cost.tolist()
+    assert len(cost) == 8 and json.loads(path.read_text())["cost"] == cost.tolist()

@@ -42,6 +42,9 @@ MAX_TOKENS = 64
 # Over RPC every load sends the weights to the server; the curve and the probe would decode over it
 # too: the built-in curve keeps the test short (drafting is what it checks, not its sizing).
 RPC_KWARGS = dict(LLAMA_KWARGS, cost_curve=CPU_COST_CURVE, exactness=None)
+# `plookup serve` for the tests of a lost server, which need no drafts: without them it measures
+# nothing over the server before it answers (30-70 s a start, each on a new port).
+UNDRAFTED = ("--no-memory", "--draft-max", "0")
 
 
 @contextlib.contextmanager
@@ -285,7 +288,7 @@ def test_serve_answers_its_in_flight_request_503_naming_the_lost_server_and_exit
     from conftest import serving
 
     with rpc_server() as (endpoint, server):
-        with serving("smol", "--rpc", endpoint, "--threads", "1", "--no-memory") as (url, serve):
+        with serving("smol", "--rpc", endpoint, "--threads", "1", *UNDRAFTED) as (url, serve):
             answer: dict = {}
 
             def ask():
@@ -322,7 +325,7 @@ def test_serve_whose_server_is_lost_while_idle_says_so_and_exits_for_a_restart(m
     from conftest import serving
 
     with rpc_server() as (endpoint, server):
-        with serving("smol", "--rpc", endpoint, "--threads", "1", "--no-memory") as (url, serve):
+        with serving("smol", "--rpc", endpoint, "--threads", "1", *UNDRAFTED) as (url, serve):
             os.kill(server.pid, signal.SIGKILL)
             health = None
             deadline = time.monotonic() + 10

@@ -33,7 +33,8 @@ def _drop_eager_models():
 def eager(name: str, model_path) -> plookup.Llama:
     """A plookup.Llama drafting with EagerDrafter, loaded once per model for this module."""
     if name not in _eager:
-        _eager[name] = plookup.Llama(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
+        # (its drafts are not sized by a curve: none is measured)
+        _eager[name] = plookup.Llama(model_path[name], drafter=EagerDrafter(), cost_curve=None, **MODEL_KWARGS[name])
     return _eager[name]
 
 
@@ -75,7 +76,7 @@ BROKEN_SAMPLES = N_SAMPLES // 4
 @pytest.mark.budget(90)
 def test_broken_acceptance_rule_fails_the_same_test(model_path, model_pair):
     name, plain, _ = model_pair
-    broken = plookup.Llama(model_path[name], drafter=EagerDrafter(), **MODEL_KWARGS[name])
+    broken = plookup.Llama(model_path[name], drafter=EagerDrafter(), cost_curve=None, **MODEL_KWARGS[name])
     broken._engine.verdicts.accept = accept_everything
     expected = plain_counts(name, plain, "temp1")
     got = first_tokens(broken, range(10**6, 10**6 + BROKEN_SAMPLES), **SETTINGS["temp1"])
