@@ -4,6 +4,8 @@ llama-server: a stand-in binary where one must run)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from benchmarks.servers import llama_server
@@ -71,21 +73,26 @@ class Health(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 '''
+# the model settings a stand-in server is started with
+KWARGS = dict(model_path="m.gguf", n_threads=2, n_ctx=512)
 
 
-def test_a_restarted_llama_server_is_a_fresh_process_on_the_same_address(tmp_path):
-    """What the concurrency bench does before each of llama-server's runs, so that no run drafts
-    from the n-gram pool of the runs before it: the old process is gone, a new one answers at the
-    same URL with the same flags. (A stand-in binary: CI builds no llama-server.)"""
-    import os
-    import sys
-    import urllib.request
-
+@pytest.fixture
+def fake_binary(tmp_path) -> str:
+    """A stand-in llama-server answering /health with its pid (CI builds no llama-server)."""
     binary = tmp_path / "llama-server"
     binary.write_text(FAKE_SERVER.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
-    os.chmod(binary, 0o755)
-    kwargs = dict(model_path="m.gguf", n_threads=2, n_ctx=512)
-    server = ServerSystem(str(binary), "ngram-mod", kwargs, eos_token=2, slots=4, draft_max=64)
+    binary.chmod(0o755)
+    return str(binary)
+
+
+def test_a_restarted_llama_server_is_a_fresh_process_on_the_same_address(fake_binary):
+    """What the concurrency bench does before each of llama-server's runs, so that no run drafts
+    from the n-gram pool of the runs before it: the old process is gone, a new one answers at the
+    same URL with the same flags."""
+    import urllib.request
+
+    server = ServerSystem(fake_binary, "ngram-mod", KWARGS, eos_token=2, slots=4, draft_max=64)
     try:
         first = server.process
         with urllib.request.urlopen(f"{server.url}/health") as r:
@@ -101,17 +108,10 @@ def test_a_restarted_llama_server_is_a_fresh_process_on_the_same_address(tmp_pat
     assert server.process.poll() is not None
 
 
-def test_a_levels_servers_start_only_for_their_runs(tmp_path):
+def test_a_levels_servers_start_only_for_their_runs(fake_binary):
     """A concurrency level's llama-servers are made unstarted (a sweep's ten idle servers held
     ten models in memory): the bench starts each for its run and stops it after."""
-    import os
-    import sys
-
-    binary = tmp_path / "llama-server"
-    binary.write_text(FAKE_SERVER.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
-    os.chmod(binary, 0o755)
-    kwargs = dict(model_path="m.gguf", n_threads=2, n_ctx=512)
-    servers = LlamaServers(str(binary), draft_max="16,64", note=lambda m: None).level(kwargs, eos=2, clients=4)
+    servers = LlamaServers(fake_binary, draft_max="16,64", note=lambda m: None).level(KWARGS, eos=2, clients=4)
     assert len(servers) > 2 and all(s.process is None for s in servers)
     server = servers[-1]
     try:
