@@ -21,9 +21,9 @@ from plookup.api.rpc_check import RpcError
 from plookup.app.bench.command import machine, write_json
 from plookup.app.options import add_model_options, layers_line, model_kwargs
 
-from .llama_vim import SYSTEMS, WORKLOADS
+from .llama_vim import BUDGETS_MS, SWEEP_SYSTEM, SYSTEMS, WORKLOADS
 from .llama_vim import cmd_editor as run
-from .llama_vim import merge, parse_list, print_tables
+from .llama_vim import merge, parse_budgets, parse_list, parse_systems, print_tables
 from .llama_vim_session import SAMPLINGS, plot_session, print_session, run_session_workload
 
 PROG = "python -m benchmarks.editors"
@@ -48,6 +48,9 @@ def parser() -> argparse.ArgumentParser:
     editors.add_argument("--fim-chunks", type=int, default=8, metavar="N",
                          help="input_extra chunks of other files a request carries (default 8; llama.vim's ring "
                               "holds up to 16)")
+    editors.add_argument("--fim-budgets", metavar="LIST", default=",".join([*map(str, BUDGETS_MS), "none"]),
+                         help="with --editor fim: the t_max_predict_ms passes, in order, none for no budget "
+                              "(default %(default)s; `none` alone measures decoding only, in a third of the time)")
     editors.add_argument("--instruct-sessions", type=int, default=3, metavar="N",
                          help="with --editor instruct: functions edited (default 3)")
     editors.add_argument("--instruct-turns", type=int, default=3, metavar="K",
@@ -62,8 +65,9 @@ def parser() -> argparse.ArgumentParser:
                          metavar="LIST", help="with --editor session: of sampled (llama.vim's samplers, seeded; "
                                               "the default), greedy")
     editors.add_argument("--editor-systems", metavar="LIST",
-                         help=f"only these systems, of: {', '.join(SYSTEMS)} (e.g. to run them in turns, then "
-                              "--editor-report)")
+                         help=f"only these systems, of: {', '.join(SYSTEMS)}, and {SWEEP_SYSTEM} (llama-server "
+                              "with its n-gram drafter SPEC up to N tokens, for a sweep; e.g. to run them in turns, "
+                              "then --editor-report)")
     editors.add_argument("--editor-log", metavar="FILE", help="append the servers' output to FILE")
     editors.add_argument("--editor-report", metavar="FILE", nargs="+",
                          help="no model: print the tables of runs' --json files, merged")
@@ -89,7 +93,8 @@ def cmd_editor(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name.replace('_', '-')}: too small")
     parse_list(args.editor, WORKLOADS, "--editor")  # before the model is looked for
     if args.editor_systems:
-        parse_list(args.editor_systems, list(SYSTEMS), "--editor-systems")
+        parse_systems(args.editor_systems)
+    parse_budgets(args.fim_budgets)
     kwargs = model_kwargs(args)
     note(layers_line(kwargs))
     server = find_llama_server(args.llama_server)

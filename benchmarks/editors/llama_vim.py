@@ -49,6 +49,8 @@ from plookup.app.bench.local_server import free_port, stop, wait_healthy
 from plookup.app.bench.releases import RELEASES, python_files, wheel
 from plookup.app.tables import grid
 
+from ..servers.llama_server import SWEEPABLE_SPEC_TYPES, draft_max_flags
+
 LLAMA_VIM = "ggml-org/llama.vim autoload/llama.vim a1c8e6e (2026-01-31)"
 # llama.vim's g:llama_config defaults
 N_PREFIX, N_SUFFIX, N_PREDICT = 256, 64, 128
@@ -95,6 +97,54 @@ PLAIN_OF = {"llama-server ngram-mod": "llama-server", "plookup": "plookup plain"
 FIM_SYSTEMS = ("llama-server", "llama-server ngram-mod", "plookup plain", "plookup")
 INSTRUCT_SYSTEMS = ("llama-server", "llama-server ngram-mod", "plookup plain", "plookup --no-memory", "plookup")
 WORKLOADS = ("fim", "instruct", "session")
+SWEEP_SYSTEM = "llama-server SPEC N"  # a point of a sweep of llama-server's n-gram drafters
+
+
+def system(name: str) -> tuple[str, dict]:
+    """(server, extra request fields) of a system: one of SYSTEMS, or `llama-server SPEC N`, llama-server
+    drafting with its n-gram drafter SPEC (ngram-mod, ngram-simple, ...) up to N tokens, for a sweep."""
+    if name in SYSTEMS:
+        return SYSTEMS[name]
+    words = name.split()
+    if len(words) == 3 and words[0] == "llama-server" and words[1] in SWEEPABLE_SPEC_TYPES and words[2].isdigit() \
+            and int(words[2]) > 0:
+        return " ".join(["llama-server", "--spec-type", words[1], *draft_max_flags(words[1], int(words[2]))]), {}
+    raise ValueError(f"no system {name!r}: choose from {', '.join(SYSTEMS)}, or {SWEEP_SYSTEM} (SPEC of "
+                     f"{', '.join(SWEEPABLE_SPEC_TYPES)}, N its longest draft)")
+
+
+def plain_of(name: str) -> Optional[str]:
+    """The system whose text a system's greedy text is held against: its own decoding without drafts."""
+    return PLAIN_OF.get(name, "llama-server" if name.startswith("llama-server ") else None)
+
+
+def parse_systems(text: str) -> list[str]:
+    """--editor-systems' comma-separated names, each checked by `system`."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise ValueError(f"--editor-systems: no system in {text!r}")
+    for name in names:
+        system(name)
+    return names
+
+
+def chosen(wanted: Optional[list[str]], workload_systems: Sequence[str]) -> list[str]:
+    """The systems a workload runs: its own (`workload_systems`) unless --editor-systems named some; of
+    those, the workload's own and the points of a sweep, in the order named."""
+    if wanted is None:
+        return list(workload_systems)
+    return [name for name in wanted if name in workload_systems or name not in SYSTEMS]
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """--fim-budgets: comma-separated t_max_predict_ms values, `none` for no budget (0 in the records)."""
+    words = [t.strip() for t in text.split(",") if t.strip()]
+    if not all(w == "none" or w.isdigit() for w in words):
+        raise ValueError(f"--fim-budgets: milliseconds or none, got {text!r}")
+    budgets = tuple(0 if w == "none" else int(w) for w in words)
+    if not budgets or len(set(budgets)) < len(budgets):
+        raise ValueError(f"--fim-budgets: distinct milliseconds or none, got {text!r}")
+    return budgets
 
 
 # -- the cases
@@ -351,9 +401,9 @@ def fim_record(case: FimCase, budget_ms: int, answer: dict, seconds: float) -> d
     }
 
 
-def run_fim(system: str, cases: Sequence[FimCase], start: Callable[[str], Server], note, budgets=(*BUDGETS_MS, 0)) -> list:
-    """Every case at every budget: a fresh server for each budget's pass."""
-    kind, extra = SYSTEMS[system]
+def run_fim(name: str, cases: Sequence[FimCase], start: Callable[[str], Server], note, budgets=(*BUDGETS_MS, 0)) -> list:
+    """Every case at every budget (0: none): a fresh server for each budget's pass."""
+    kind, extra = system(name)
     records = []
     for budget in budgets:
         server = start(kind)
@@ -362,17 +412,17 @@ def run_fim(system: str, cases: Sequence[FimCase], start: Callable[[str], Server
                 answer, seconds = server.post("/infill", {**fim_body(case, budget), **extra})
                 records.append(fim_record(case, budget, answer, seconds))
                 r = records[-1]
-                note(f"fim {system} budget {budget or 'none'} {i + 1}/{len(cases)}: {r['predicted_n']} tokens in "
+                note(f"fim {name} budget {budget or 'none'} {i + 1}/{len(cases)}: {r['predicted_n']} tokens in "
                      f"{r['predicted_ms']:.0f} ms, prompt {r['prompt_n']} in {r['prompt_ms']:.0f} ms")
         finally:
             server.close()
     return records
 
 
-def run_instruct(system: str, sessions: Sequence[InstructSession], start: Callable[[str], Server], note) -> list:
+def run_instruct(name: str, sessions: Sequence[InstructSession], start: Callable[[str], Server], note) -> list:
     """Every session's instructions in turn, each answer appended before the next: one server a
     system (its memory and pool carry across the sessions too, as in an editor)."""
-    kind, extra = SYSTEMS[system]
+    kind, extra = system(name)
     records = []
     server = start(kind)
     try:
@@ -395,7 +445,7 @@ def run_instruct(system: str, sessions: Sequence[InstructSession], start: Callab
                 })
                 messages = messages + [{"role": "assistant", "content": content}]
                 r = records[-1]
-                note(f"instruct {system} {session.name} turn {turn + 1}: {r['predicted_n']} tokens in "
+                note(f"instruct {name} {session.name} turn {turn + 1}: {r['predicted_n']} tokens in "
                      f"{(r['predicted_ms'] or 0):.0f} ms")
     finally:
         server.close()
@@ -419,10 +469,10 @@ def mean(values) -> Optional[float]:
 
 def fim_summary(runs: dict[str, list]) -> dict[str, dict]:
     """system -> its figures: mean tokens delivered and decode time at each budget, tokens/s without
-    one, mean prompt time (the 250 ms pass: the first request of each case on its server), and how
+    one, mean prompt time (the first pass: the first request of each case on its server), and how
     many no-budget texts equal the plain system's."""
     summary = {}
-    for system, records in runs.items():
+    for name, records in runs.items():
         by_budget = {}
         for r in records:
             by_budget.setdefault(r["budget_ms"], []).append(r)
@@ -434,34 +484,35 @@ def fim_summary(runs: dict[str, list]) -> dict[str, dict]:
         unbounded = by_budget.get(0, [])
         row["tokens_unbounded"] = mean(r["predicted_n"] for r in unbounded)
         row["decode_tok_s"] = rate(unbounded)
-        row["prompt_ms"] = mean(r["prompt_ms"] for r in by_budget.get(BUDGETS_MS[0], []))
+        first_pass = by_budget.get(records[0]["budget_ms"], []) if records else []
+        row["prompt_ms"] = mean(r["prompt_ms"] for r in first_pass)
         row["drafted"] = sum(r["draft_n"] or 0 for r in unbounded)
         row["accepted"] = sum(r["draft_n_accepted"] or 0 for r in unbounded)
-        plain = PLAIN_OF.get(system)
-        if plain in runs and plain != system:
+        plain = plain_of(name)
+        if plain in runs and plain != name:
             theirs = {r["case"]: r["content"] for r in runs[plain] if r["budget_ms"] == 0}
             row["same_text"] = sum(theirs.get(r["case"]) == r["content"] for r in unbounded)
             row["same_as"] = plain
-        summary[system] = row
+        summary[name] = row
     return summary
 
 
 def instruct_summary(runs: dict[str, list]) -> dict[str, dict]:
     summary = {}
-    for system, records in runs.items():
+    for name, records in runs.items():
         first = [r for r in records if r["turn"] == 1]
         later = [r for r in records if r["turn"] > 1]
         row = {"sessions": len(first), "first_tok_s": rate(first), "later_tok_s": rate(later),
                "later_tokens": mean(r["predicted_n"] for r in later),
                "prompt_ms": mean(r["prompt_ms"] for r in records),
                "drafted": sum(r["draft_n"] or 0 for r in later), "accepted": sum(r["draft_n_accepted"] or 0 for r in later)}
-        plain = PLAIN_OF.get(system)
-        if plain in runs and plain != system:
+        plain = plain_of(name)
+        if plain in runs and plain != name:
             theirs = {(r["session"], r["turn"]): r["content"] for r in runs[plain]}
             row["same_text"] = sum(theirs.get((r["session"], r["turn"])) == r["content"] for r in records)
             row["turns"] = len(records)
             row["same_as"] = plain
-        summary[system] = row
+        summary[name] = row
     return summary
 
 
@@ -549,7 +600,7 @@ def cmd_editor(args, kwargs: dict, note, server_binary: Optional[str], machine: 
     record. The typing session (:mod:`.llama_vim_session`, which builds on this module) is run by
     `run_session`, handed the systems wanted, and printed by the caller."""
     workloads = parse_list(args.editor, WORKLOADS, "--editor")
-    wanted = parse_list(args.editor_systems, list(SYSTEMS), "--editor-systems") if args.editor_systems else None
+    wanted = parse_systems(args.editor_systems) if args.editor_systems else None
     record = EditorRecord(" ".join(["python -m benchmarks.editors", *sys.argv[1:]]), machine, kwargs["model_path"],
                           kwargs["n_threads"], kwargs["n_ctx"])
     log = args.editor_log
@@ -561,13 +612,13 @@ def cmd_editor(args, kwargs: dict, note, server_binary: Optional[str], machine: 
     if "fim" in workloads:
         cases = fim_cases(args.fim_cases, args.seed, args.fim_chunks)
         record.fim_cases = [asdict(c) for c in cases]
-        for system in [s for s in FIM_SYSTEMS if wanted is None or s in wanted]:
-            record.fim[system] = run_fim(system, cases, start, note)
+        for name in chosen(wanted, FIM_SYSTEMS):
+            record.fim[name] = run_fim(name, cases, start, note, parse_budgets(args.fim_budgets))
     if "instruct" in workloads:
         sessions = instruct_sessions(args.instruct_sessions, args.seed, args.fim_chunks, args.instruct_turns)
         record.instruct_sessions = [asdict(s) for s in sessions]
-        for system in [s for s in INSTRUCT_SYSTEMS if wanted is None or s in wanted]:
-            record.instruct[system] = run_instruct(system, sessions, start, note)
+        for name in chosen(wanted, INSTRUCT_SYSTEMS):
+            record.instruct[name] = run_instruct(name, sessions, start, note)
     if "session" in workloads:
         record.session = run_session(wanted)
     result = asdict(record)

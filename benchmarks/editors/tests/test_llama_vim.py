@@ -182,6 +182,33 @@ def test_every_budget_pass_runs_on_a_fresh_server_with_the_systems_fields():
     assert records[0]["draft_n_accepted"] == 7 and records[0]["content"] == "text5"
 
 
+def test_a_sweep_point_is_llama_server_with_its_drafter_and_length():
+    FakeServer.started = []
+    cases = fim_cases(2, seed=0, chunks=2, packages=PACKAGES)
+    records = run_fim("llama-server ngram-simple 16", cases, FakeServer, lambda text: None, budgets=(0,))
+    (server,) = FakeServer.started  # one pass: no budget only
+    assert server.kind == "llama-server --spec-type ngram-simple --spec-ngram-simple-size-m 16"
+    assert [b["t_max_predict_ms"] for _, b in server.bodies] == [0, 0] and len(records) == 2
+    assert editor.system("llama-server ngram-mod 32")[0].split()[1:] == [
+        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "32", "--spec-ngram-mod-n-min", "32"]
+    assert editor.plain_of("llama-server ngram-map-k 64") == "llama-server"
+    assert editor.plain_of("plookup") == "plookup plain" and editor.plain_of("plookup plain") is None
+    for bad in ("llama-server ngram-mod x", "llama-server ngram-mod 0", "llama-server eagle 16", "plookup fast"):
+        with pytest.raises(ValueError, match="no system"):
+            editor.parse_systems(f"plookup,{bad}")
+    # the points of a sweep run in every workload; a workload's own systems only in it
+    wanted = editor.parse_systems("llama-server ngram-mod 16, plookup --no-memory,plookup")
+    assert editor.chosen(wanted, editor.FIM_SYSTEMS) == ["llama-server ngram-mod 16", "plookup"]
+    assert editor.chosen(None, editor.FIM_SYSTEMS) == list(editor.FIM_SYSTEMS)
+
+
+def test_the_budgets_are_parsed_in_order():
+    assert editor.parse_budgets("250,1000,none") == (250, 1000, 0) and editor.parse_budgets("none") == (0,)
+    for bad in ("", "fast", "250,250", "-5"):
+        with pytest.raises(ValueError, match="--fim-budgets"):
+            editor.parse_budgets(bad)
+
+
 def test_an_instruct_turn_sends_the_last_answer_and_the_next_instruction():
     FakeServer.started = []
     sessions = instruct_sessions(2, seed=0, chunks=2, turns=3, packages=PACKAGES)
@@ -215,7 +242,7 @@ def test_the_budget_accounting():
     assert s["plookup"]["tokens_250ms"] == 11 and s["plookup"]["tokens_1000ms"] == 42
     assert s["plookup plain"]["decode_tok_s"] == pytest.approx(80 / 2.0)  # tokens over decode seconds, pooled
     assert s["plookup"]["decode_tok_s"] == pytest.approx(80 / 1.0)
-    assert s["plookup"]["prompt_ms"] == pytest.approx(225.0)  # the 250 ms pass: each case's first request
+    assert s["plookup"]["prompt_ms"] == pytest.approx(225.0)  # the first (250 ms) pass: each case's first request
     assert s["plookup"]["same_text"] == 1 and s["plookup"]["same_as"] == "plookup plain"
     assert "same_text" not in s["plookup plain"]
     assert s["plookup"]["drafted"] == 8 and s["plookup"]["accepted"] == 6  # the no-budget pass's
