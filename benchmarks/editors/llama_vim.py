@@ -342,8 +342,11 @@ def instruct_body(messages: list[dict]) -> dict:
 
 
 def flash_flag(flash_attn) -> list:
-    """llama-server's -fa for the bench's setting: "default" leaves it out (llama-server's own, auto)."""
-    return [] if flash_attn == "default" else ["-fa", "on" if flash_attn else "off"]
+    """-fa for both servers from the bench's setting (model_kwargs' flash_attn): not given (None) or
+    "default" leaves it out, so that each runs at its own default (auto for both: on, on a CPU)."""
+    if flash_attn in (None, "default"):
+        return []
+    return ["-fa", "auto" if flash_attn == "auto" else "on" if flash_attn else "off"]
 
 
 class Server:
@@ -364,7 +367,8 @@ class Server:
         else:
             command = [sys.executable, "-m", "plookup.app.cli", "serve", "-m", model_kwargs["model_path"],
                        "--host", "127.0.0.1", "--port", str(port), "--n-ctx", str(model_kwargs["n_ctx"]),
-                       "--threads", threads, "--calibration", "blocking", *kind.split()[2:]]
+                       "--threads", threads, "--calibration", "blocking", *flash_flag(model_kwargs.get("flash_attn")),
+                       *kind.split()[2:]]
         self.command = command
         log = open(log_path or os.devnull, "ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=log)

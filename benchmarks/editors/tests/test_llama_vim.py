@@ -287,3 +287,16 @@ def test_the_command_line_wants_a_workload_or_runs_to_report(capsys):
     assert "--editor LIST" in capsys.readouterr().err
     assert main(["-m", "no-such-model.gguf", "--editor", "fim,chat"]) == 1
     assert "--editor: choose from fim, instruct, session" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flash_attn, flag", [(None, []), ("default", []), (False, ["-fa", "off"]),
+                                              (True, ["-fa", "on"]), ("auto", ["-fa", "auto"])])
+def test_both_servers_get_the_same_flash_attention(monkeypatch, flash_attn, flag):
+    """Not given, each server runs at its own default (llama-server's auto; plookup serve's, auto too)."""
+    monkeypatch.setattr(editor.subprocess, "Popen", lambda command, **_: command)
+    monkeypatch.setattr(editor, "wait_healthy", lambda *args: None)
+    kwargs = {"model_path": "m.gguf", "n_threads": 2, "n_ctx": 8192, "flash_attn": flash_attn}
+    for kind in ("llama-server", "plookup serve"):
+        command = editor.Server(kind, kwargs, "/bin/llama-server").command
+        fa = [c for i, c in enumerate(command) if c == "-fa" or command[i - 1] == "-fa"]
+        assert fa == flag, (kind, command)
