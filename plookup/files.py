@@ -9,6 +9,7 @@ same file at once each rename a complete file of their own; readers never see ha
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -46,3 +47,24 @@ def write_atomically(path, write: Callable[[IO[bytes]], None]) -> None:
 
 def write_text_atomically(path, text: str) -> None:
     write_atomically(path, lambda f: f.write(text.encode("utf-8")))
+
+
+@contextlib.contextmanager
+def held(path) -> Iterator[None]:
+    """An exclusive lock named after `path` for the block, between processes and threads alike (each
+    block opens its lock file anew; a lock dies with its process). The lock files live apart, in
+    cache_dir()/locks, leaving the folders they guard as they were. Where the OS has no flock
+    (Windows), the block runs unlocked."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    lock = cache_dir() / "locks" / (hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16] + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ..files import cache_dir, write_text_atomically
+from ..files import cache_dir, held, write_text_atomically
 from ..log import log, phase
 
 
@@ -76,7 +76,15 @@ def measured_once(path, what: str, parse, measure, serialize):
         return cached
     if _cached_only.get():
         raise NotMeasured(what, path)
-    with phase(f"measuring the {what}", f"(once for this model, settings and build; kept in {path})"):
-        value = measure()
-    keep(path, serialize(value))
+    # One process measures a figure at a time: another that needs it too (two servers started at
+    # once on the same settings, two test workers) waits, then reads it instead of measuring it
+    # again on a machine the first one keeps busy.
+    with held(path):
+        cached = read_cached(path, parse, what)
+        if cached is not None:
+            log.info("%s: read from %s, measured meanwhile by another process", what, path)
+            return cached
+        with phase(f"measuring the {what}", f"(once for this model, settings and build; kept in {path})"):
+            value = measure()
+        keep(path, serialize(value))
     return value
