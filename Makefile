@@ -158,9 +158,16 @@ demo: install
 # The checkout's harness (benchmarks/editors, benchmarks/servers, benchmarks/agents) keeps its tests beside it, with
 # fakes (no model, no server): they run with the unit tests.
 HARNESS_TESTS := benchmarks/editors/tests benchmarks/servers/tests benchmarks/agents/tests
+# The tests run in TEST_WORKERS processes (pytest-xdist), a test file each at a time; each process's
+# models and servers get the machine's cores shared out (tests/support/threads.py: one thread each
+# on 2 cores). Much of a test's time is not llama.cpp's (Python, a server starting, a client
+# waiting), and a small model gains less than twice from a second thread, so two workers on 2 cores
+# finish sooner than one on both. TEST_WORKERS=1 runs them in this process, as before.
+TEST_WORKERS ?= 2
+PARALLEL := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 test: install
-	$(PY) -m pytest -q -m "not slow" --durations=15 tests $(HARNESS_TESTS)
+	$(PY) -m pytest -q -m "not slow" $(PARALLEL) --durations=15 tests $(HARNESS_TESTS)
 
 # The unit tests, for while you work: under a minute.
 test-fast: install
@@ -169,13 +176,13 @@ test-fast: install
 # CI's legs (.ci/run), each a run with a time budget of its own (tests/support/budgets.py). The
 # model leg also runs a test file left at tests/ itself.
 test-unit: install
-	$(PY) -m pytest -q -m "not slow" --leg unit --durations=5 tests/unit $(HARNESS_TESTS)
+	$(PY) -m pytest -q -m "not slow" $(PARALLEL) --leg unit --durations=5 tests/unit $(HARNESS_TESTS)
 
 test-model: install
-	$(PY) -m pytest -q -m "not slow" --leg model --durations=15 tests --ignore=tests/unit --ignore=tests/server
+	$(PY) -m pytest -q -m "not slow" $(PARALLEL) --leg model --durations=15 tests --ignore=tests/unit --ignore=tests/server
 
 test-server: install
-	$(PY) -m pytest -q -m "not slow" --leg server --durations=5 tests/server
+	$(PY) -m pytest -q -m "not slow" $(PARALLEL) --leg server --durations=5 tests/server
 
 test-slow: install
 	$(PY) -m pytest -q tests $(HARNESS_TESTS)

@@ -40,6 +40,7 @@ from support.budgets import (  # noqa: F401
     pytest_sessionfinish,
     pytest_terminal_summary,
 )
+from support.threads import THREADS  # noqa: E402
 
 
 def _refuse_model(*args, **kwargs):
@@ -59,7 +60,7 @@ BUNDLED = ("smollm2", "gemma3")
 CODER = "qwen-coder-0.5b"
 N_CTX = 2048
 # Both objects get the same threads for single-token and batched decoding.
-LLAMA_KWARGS = dict(n_ctx=N_CTX, n_threads=2, n_threads_batch=2, verbose=False, seed=1234)
+LLAMA_KWARGS = dict(n_ctx=N_CTX, n_threads=THREADS, n_threads_batch=THREADS, verbose=False, seed=1234)
 # Gemma 3 270M's GGUF carries no chat template; llama_cpp's "gemma" format is its turn markup.
 MODEL_KWARGS = {"smollm2": LLAMA_KWARGS, "gemma3": dict(LLAMA_KWARGS, chat_format="gemma"), CODER: LLAMA_KWARGS}
 
@@ -128,7 +129,7 @@ def serving(alias: str, *options: str):
     port = free_port()
     command = [
         sys.executable, "-m", "plookup.app.cli", "serve", "--port", str(port), "--model-alias", alias,
-        "--n-ctx", "2048", "--threads", "2", *options,
+        "--n-ctx", "2048", "--threads", str(THREADS), *options,
     ]
     # Its log goes to a file: a pipe nobody reads fills up (64 KiB) and then blocks the server.
     log = tempfile.TemporaryFile("w+")

@@ -16,6 +16,7 @@ from plookup.app.bench.replay import modelled_speedup, replay
 from plookup.draft.drafters import make_drafter
 
 from support.oracle import brute_force_least_cost
+from support.threads import THREADS
 
 
 def candidates_by_position(drafter, prompt, output) -> dict[int, list[int]]:
@@ -36,7 +37,7 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys, monkeypatch)
     ]
     workloads.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
-    argv = ["bench", "--workload", str(workloads), "--repeats", "1", "--max-tokens", "24", "--threads", "2",
+    argv = ["bench", "--workload", str(workloads), "--repeats", "1", "--max-tokens", "24", "--threads", str(THREADS),
             "--n-ctx", "1024", "--max-draft", "6", "--json", str(out_json), "--plot", str(out_png)]
     figures = []
     savefig = matplotlib.figure.Figure.savefig
@@ -87,14 +88,14 @@ def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys
     # A memory written by `plookup generate --memory`, holding one answer to the workload's question.
     memory = tmp_path / "memory.npz"
     question = "What is a list?"
-    assert cli.main(["generate", "-p", question, "--chat", "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024",
+    assert cli.main(["generate", "-p", question, "--chat", "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024",
                      "--memory", str(memory)]) == 0
     saved = memory.read_bytes()
     workloads = tmp_path / "w.jsonl"
     workloads.write_text(json.dumps({"name": "ask", "kind": "free", "messages": [{"role": "user", "content": question}]}) + "\n")
     out_json = tmp_path / "b.json"
     argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix", "--repeats", "2",
-            "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024", "--memory", str(memory), "--json", str(out_json)]
+            "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024", "--memory", str(memory), "--json", str(out_json)]
     assert cli.main(argv) == 0
     assert "plookup-memory" in capsys.readouterr().out
     summary = json.loads(out_json.read_text())["summary"]
@@ -113,7 +114,7 @@ def test_live_memory_system_drafts_a_repeat_from_the_earlier_answer(tmp_path):
                                      "messages": [{"role": "user", "content": "What is a list?"}]}) + "\n")
     out_json = tmp_path / "b.json"
     argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix,plookup-live-memory",
-            "--repeats", "2", "--max-tokens", "24", "--threads", "2", "--n-ctx", "1024", "--json", str(out_json)]
+            "--repeats", "2", "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024", "--json", str(out_json)]
     assert cli.main(argv) == 0
     summary = json.loads(out_json.read_text())["summary"]
     live, alone = summary["plookup-live-memory"]["ask"], summary["plookup-suffix"]["ask"]

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from plookup.index.corpus import CorpusIndex
+from support.threads import THREADS
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_a_corpus_of_another_vocabulary_is_refused_naming_the_file(model_path, c
     CorpusIndex.from_documents([[1, 2, 3, 4]], vocabulary="49152:not-this-model").save(foreign)
     with pytest.raises(ValueError, match=re.escape(str(foreign)) + ": built for another model's vocabulary"):
         plookup.Llama(model_path["smollm2"], corpus=str(foreign), **LLAMA_KWARGS)
-    assert cli.main(["generate", "-p", "Hi", "--max-tokens", "4", "--threads", "2", "--n-ctx", "512",
+    assert cli.main(["generate", "-p", "Hi", "--max-tokens", "4", "--threads", str(THREADS), "--n-ctx", "512",
                      "--corpus", str(foreign)]) == 1
     assert str(foreign) in capsys.readouterr().err
     # The model is usable afterwards, with this model's corpus.

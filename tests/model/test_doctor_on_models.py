@@ -20,6 +20,7 @@ from plookup.measure.settings import (
 
 from conftest import LLAMA_KWARGS
 from support.doctor_reports import config, measured_backend, report
+from support.threads import THREADS
 
 
 def test_a_cached_report_sets_plookups_runtime_settings(model_path, tmp_path, monkeypatch):
@@ -66,7 +67,7 @@ def test_doctor_command_on_smollm2(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     out = tmp_path / "doctor.json"
-    args = ["doctor", "--threads", "2", "--n-ctx", "1024", "--max-draft", str(MAX_DRAFT), "--json", str(out)]
+    args = ["doctor", "--threads", str(THREADS), "--n-ctx", "1024", "--max-draft", str(MAX_DRAFT), "--json", str(out)]
     assert cli.main(args) == 0
     saved = json.loads(out.read_text())
     assert [Settings(**c["settings"]) for c in saved["configs"]][0] == Settings()

@@ -21,6 +21,7 @@ import pytest
 
 from plookup.app.bench.local_server import free_port
 from support.plain import NEAR_TIE, first_near_tie, greedy_with_gaps
+from support.threads import THREADS
 
 READY_S = 5.0  # the issue's bound, from the weights loaded to a first completion answered
 TAKE_OVER_S = 600.0  # the background measurement's own deadline (plookup.api.background)
@@ -28,7 +29,7 @@ LOADED = re.compile(r"plookup: loading SmolLM2-135M-Instruct\.Q4_1\.gguf: done i
 TAKEN_OVER = re.compile(r"plookup: measured figures take over [\d.]+ s after the start .*drafts of up to (\d+) tokens")
 # copied line for line: drafted whole once drafting is on
 REPEATED = "a = 1\nb = 2\nc = 3\n" * 4 + "a = 1\n"
-N_CTX, THREADS = 2048, 2
+N_CTX = 2048
 # greedy (unpenalised, as every request that names no penalty): plain decoding's tokens
 GREEDY = {"max_tokens": 24, "temperature": 0, "repeat_penalty": 1.0}
 

@@ -19,6 +19,7 @@ import pytest
 from plookup.app.bench.local_server import free_port
 
 from conftest import CODER
+from support.threads import THREADS
 
 # llama.vim's README, the long form of its llama-server command (with the model plookup gets)
 LLAMA_VIM = ["-ngl", "99", "-fa", "-ub", "1024", "-b", "1024", "-dt", "0.1", "--ctx-size", "0", "--cache-reuse", "256"]
@@ -31,7 +32,8 @@ def started(argv: list[str], env: dict[str, str], startup_s: float = 120):
     port = free_port()
     log = tempfile.TemporaryFile("w+")  # a pipe nobody reads would fill up and block the server
     server = subprocess.Popen([sys.executable, "-m", "plookup.app.cli", "serve", *argv, "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=log, text=True, env={**os.environ, **env})
+                              stdout=subprocess.DEVNULL, stderr=log, text=True,
+                              env={**os.environ, "LLAMA_ARG_THREADS": str(THREADS), **env})
 
     def tail() -> str:
         log.seek(0)
@@ -66,7 +68,7 @@ def call(url: str, path: str, body: dict | None = None, key: str | None = None) 
 
 def test_llama_servers_flags_and_variables_reach_the_server():
     env = {"LLAMA_ARG_ALIAS": "smol-env", "LLAMA_ARG_N_PREDICT": "5", "LLAMA_API_KEY": "k1,k2",
-           "LLAMA_ARG_CTX_SIZE": "4096", "LLAMA_ARG_THREADS": "2"}  # -c below overrides the variable
+           "LLAMA_ARG_CTX_SIZE": "4096", "LLAMA_ARG_THREADS": str(THREADS)}  # -c below overrides the variable
     argv = ["-m", "smollm2", "-c", "512", "-np", "1", "-ngl", "0", "-b", "512", "-ub", "512"]
     with started(argv, env) as (url, log):
         assert call(url, "/v1/models")[0] == 401  # a key of $LLAMA_API_KEY is asked for

@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from plookup.app.bench.local_server import free_port
+from support.threads import THREADS
 
 PHASES = [
     r"loading SmolLM2-135M-Instruct\.Q4_1\.gguf \.\.\.",
@@ -37,7 +38,7 @@ def start(cache: str, *options: str, taken_over: bool = False) -> list[str]:
     log = tempfile.TemporaryFile("w+")
     env = dict(os.environ, PLOOKUP_CACHE_DIR=cache)
     server = subprocess.Popen([sys.executable, "-m", "plookup.app.cli", "serve", "-m", "smollm2", "--port", str(port),
-                               "-a", "smol", "-c", "1024", "-t", "2", *options],
+                               "-a", "smol", "-c", "1024", "-t", str(THREADS), *options],
                               stdout=subprocess.DEVNULL, stderr=log, text=True, env=env)
     try:
         deadline = time.monotonic() + 120

@@ -6,12 +6,15 @@ a unit test takes seconds, a model or server test may take half a minute); its t
 call and teardown together (a session fixture's model load counts to the first test that needs
 it, as CI pays it there). A leg is one pytest run of CI, named with ``--leg`` (the Makefile's
 test-unit, test-model, test-server and test-exact); its budget (LEG_BUDGET_S) bounds the run's
-total. The summary lists every test over its budget, the run's total by kind and the leg's. Speed
+total. The summary lists every test over its budget, the run's total by kind and the leg's wall-clock time. Speed
 claims live in the benchmark, and a CI machine can be slower than this one, so an overrun fails
 the run only with PLOOKUP_STRICT_BUDGETS=1 (for a check before committing).
 
 A test file belongs in tests/unit, tests/model or tests/server; one left at tests/ itself runs
 and is budgeted as a model test, and the summary says where to move it.
+
+Under pytest-xdist (`make test` runs two workers) the tests are collected in the workers only: each
+test's kind and budget travel to the controller, which sums up, in its report's user_properties.
 
 conftest.py re-exports these hooks (a plugin module of the tests' own, not a package).
 """
@@ -19,6 +22,7 @@ conftest.py re-exports these hooks (a plugin module of the tests' own, not a pac
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,6 +41,7 @@ _budgets: dict[str, float] = {}
 _kinds: dict[str, str] = {}
 _spent: defaultdict[str, float] = defaultdict(float)
 _misplaced: set[str] = set()
+_started = time.monotonic()  # the leg's start (this module is imported with conftest, before collection)
 
 
 def kind_of(path: Path) -> str:
@@ -63,15 +68,28 @@ def pytest_configure(config) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        kind = _kinds[item.nodeid] = kind_of(item.path)
+        kind = kind_of(item.path)
         marker = item.get_closest_marker("budget")
-        _budgets[item.nodeid] = float(marker.args[0]) if marker else DEFAULT_BUDGET_S[kind]
+        budget = float(marker.args[0]) if marker else DEFAULT_BUDGET_S[kind]
+        item.user_properties += [("budget", budget), ("kind", kind)]
         if misplaced(item.path):
-            _misplaced.add(item.path.name)
+            item.user_properties.append(("misplaced", item.path.name))
 
 
 def pytest_runtest_logreport(report) -> None:
+    for name, value in report.user_properties:
+        if name == "budget":
+            _budgets[report.nodeid] = value
+        elif name == "kind":
+            _kinds[report.nodeid] = value
+        elif name == "misplaced":
+            _misplaced.add(value)
     _spent[report.nodeid] += report.duration
+
+
+def leg_seconds() -> float:
+    """The leg's time: wall-clock since its start (under xdist less than its tests' sum)."""
+    return time.monotonic() - _started
 
 
 def over_budget() -> list[tuple[str, float, float]]:
@@ -83,7 +101,7 @@ def over_budget() -> list[tuple[str, float, float]]:
 def leg_overrun(config) -> tuple[str, float, float] | None:
     """(leg, seconds spent, budget) when this run is a leg that took longer than its budget."""
     leg = config.getoption("--leg", None)
-    spent = sum(_spent.values())
+    spent = leg_seconds()
     return (leg, spent, LEG_BUDGET_S[leg]) if leg and spent > LEG_BUDGET_S[leg] else None
 
 
@@ -104,7 +122,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     write("by kind: " + ", ".join(f"{kind} {by_kind[kind]:.0f} s" for kind in KINDS if kind in by_kind))
     leg = config.getoption("--leg", None)
     if leg:
-        write(f"leg {leg}: {sum(_spent.values()):.0f} s of its {LEG_BUDGET_S[leg]:.0f} s")
+        write(f"leg {leg}: {leg_seconds():.0f} s of its {LEG_BUDGET_S[leg]:.0f} s (wall-clock)")
     for test, spent, budget in over:
         write(f"  {spent:7.1f} s  budget {budget:6.1f} s  {test}")
     if leg_overrun(config):
@@ -112,6 +130,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller judges the whole run
+        return
     overrun = over_budget() or leg_overrun(session.config)
     if os.environ.get(STRICT) == "1" and overrun and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

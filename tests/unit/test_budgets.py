@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 TESTS = pathlib.Path(__file__).parents[1]
 
 SUITE = '''
@@ -24,7 +26,7 @@ def test_quick():
 '''
 
 
-def run_suite(tmp_path, strict: bool) -> tuple[int, str]:
+def run_suite(tmp_path, strict: bool, *options: str) -> tuple[int, str]:
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n"
         "from support.budgets import pytest_addoption, pytest_collection_modifyitems, pytest_configure, "
@@ -33,17 +35,19 @@ def run_suite(tmp_path, strict: bool) -> tuple[int, str]:
     )
     (tmp_path / "test_suite.py").write_text(SUITE)
     env = dict(os.environ, PLOOKUP_STRICT_BUDGETS="1" if strict else "0")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout
 
 
-def test_an_overrun_is_listed_and_fails_only_when_strict(tmp_path):
-    code, out = run_suite(tmp_path, strict=False)
+@pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["alone", "two-xdist-workers"])
+def test_an_overrun_is_listed_and_fails_only_when_strict(tmp_path, options):
+    """Under xdist the tests are collected in the workers, and the controller still finds the overrun."""
+    code, out = run_suite(tmp_path, False, *options)
     assert code == 0 and "over budget: 1" in out
     listed = [line for line in out.splitlines() if "budget " in line and "::" in line]
     assert len(listed) == 1 and "test_slow" in listed[0]  # test_quick, within its budget, is not
-    code, out = run_suite(tmp_path, strict=True)
+    code, out = run_suite(tmp_path, True, *options)
     assert code == 1 and "2 passed" in out
 
 
