@@ -41,6 +41,7 @@ from support.budgets import (  # noqa: F401
     pytest_terminal_summary,
 )
 from support.threads import THREADS  # noqa: E402
+from support.workers import pytest_xdist_make_scheduler  # noqa: E402,F401 (which tests share a worker)
 
 
 def _refuse_model(*args, **kwargs):

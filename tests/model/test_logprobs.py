@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+import plookup
 from plookup.app.serve.app import create_app
+from plookup.draft.policy import CPU_COST_CURVE
 from plookup.measure.settings import llamafile_in_build
 from plookup.verify.accept import accept
 from plookup.verify.logprobs import token_logprob
@@ -34,6 +36,14 @@ TOP = 3
 BOUND = 1.3
 # A row one off gives other tokens' values: measured > 5 here; anything above the bound fails.
 OFF_BY_ONE = 3 * BOUND
+
+
+@pytest.fixture(scope="module")
+def smol(model_path):
+    """A SmolLM2 of this module's own, its drafting policy fresh: the session's `smol` has learned
+    from whichever tests ran before on its worker, and drafted PARTLY_RIGHT in pieces that were all
+    accepted, leaving no rejected draft to check (two xdist workers)."""
+    return plookup.Llama(model_path["smollm2"], cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,8 @@ def test_the_doctor_measures_the_cost_curve_over_the_servers(model_path, tmp_pat
     assert f"over RPC: {endpoint}" in done.stdout and "always-right ceiling" in done.stdout
     curves = list((tmp_path / "cost-curves").glob("*.json"))
     assert len(curves) == 1 and json.loads(curves[0].read_text())["cost"] == report["cost"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cost-curves", "r.json"]  # no doctor report
+    # no doctor report (locks/: the measurement's lock, measure.cache)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cost-curves", "locks", "r.json"]
 
 
 @pytest.mark.budget(120)

@@ -1,0 +1,35 @@
+"""Which tests run together on one pytest-xdist worker (`make test`'s two workers).
+
+A test file runs whole on one worker, so that its module fixtures are made once; and the files
+that pass work to each other through session state run on the same worker: tests/support/plain.py
+keeps each plain decoding on its model object, and test_greedy.py reads test_exact.py's (on two
+workers it would decode them again).
+
+conftest.py re-exports the hook.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pytest
+
+# file name -> the name of the files that run together with it
+TOGETHER = {"test_exact.py": "plain decodings", "test_greedy.py": "plain decodings"}
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit a worker is handed: the test's file, or the name of the files it runs with."""
+    path = nodeid.split("::", 1)[0]
+    return TOGETHER.get(PurePosixPath(path).name, path)
+
+
+@pytest.hookimpl(optionalhook=True)  # only where pytest-xdist is installed
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TogetherScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return TogetherScheduling(config, log)
