@@ -6,9 +6,9 @@ a unit test takes seconds, a model or server test may take half a minute); its t
 call and teardown together (a session fixture's model load counts to the first test that needs
 it, as CI pays it there). A leg is one pytest run of CI, named with ``--leg`` (the Makefile's
 test-unit, test-model, test-server and test-exact); its budget (LEG_BUDGET_S) bounds the run's
-total. The summary lists every test over its budget, the run's total by kind and the leg's wall-clock time. Speed
-claims live in the benchmark, and a CI machine can be slower than this one, so an overrun fails
-the run only with PLOOKUP_STRICT_BUDGETS=1 (for a check before committing).
+wall-clock time. The summary lists every test over its budget, the run's total by kind and the
+leg's time. Speed claims live in the benchmark, and a CI machine can be slower than this one,
+so an overrun fails the run only with PLOOKUP_STRICT_BUDGETS=1 (for a check before committing).
 
 A test file belongs in tests/unit, tests/model or tests/server; one left at tests/ itself runs
 and is budgeted as a model test, and the summary says where to move it.
