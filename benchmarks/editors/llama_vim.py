@@ -29,7 +29,9 @@ so that every system's text can be compared with plain decoding's.
 
 Systems: llama-server without drafting and with ``--spec-type ngram-mod``; ``plookup serve``
 drafting (its cross-request memory on, the default), ``plookup serve --no-memory`` (instruct),
-and plookup plain: the same server, each request with ``speculative: {"n_max": 0}``.
+and plookup plain: the same server, each request with ``speculative: {"n_max": 0}``; for a sweep,
+``llama-server SPEC N``: llama-server with its n-gram drafter SPEC drafting up to N tokens. Both
+servers run at their own flash-attention default unless ``-fa`` is given (then both at it).
 """
 
 from __future__ import annotations
