@@ -80,7 +80,7 @@ def measured_once(path, what: str, parse, measure, serialize):
     # once on the same settings, two test workers) waits, then reads it instead of measuring it
     # again on a machine the first one keeps busy.
     with held(path):
-        cached = read_cached(path, parse, what)
+        cached = read_cached(path, parse)  # (an unreadable file was reported above)
         if cached is not None:
             log.info("%s: read from %s, measured meanwhile by another process", what, path)
             return cached
