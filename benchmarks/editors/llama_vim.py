@@ -94,8 +94,8 @@ SYSTEMS = {
     "plookup plain": ("plookup serve", {"speculative": {"n_max": 0}}),
     "plookup --no-memory": ("plookup serve --no-memory", {}),
 }
-PLAIN_OF = {"llama-server ngram-mod": "llama-server", "plookup": "plookup plain", "plookup --no-memory": "plookup plain",
-            "llama-server": "plookup plain"}
+# (every drafting llama-server's plain decoding is plain llama-server's: plain_of)
+PLAIN_OF = {"plookup": "plookup plain", "plookup --no-memory": "plookup plain", "llama-server": "plookup plain"}
 FIM_SYSTEMS = ("llama-server", "llama-server ngram-mod", "plookup plain", "plookup")
 INSTRUCT_SYSTEMS = ("llama-server", "llama-server ngram-mod", "plookup plain", "plookup --no-memory", "plookup")
 WORKLOADS = ("fim", "instruct", "session")
