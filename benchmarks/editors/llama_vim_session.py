@@ -95,10 +95,13 @@ from .llama_vim import (
     N_SUFFIX,
     RESPONSE_FIELDS,
     RING_CHUNK_SIZE,
+    SWEEP_SYSTEM,
+    SYSTEMS,
     Server,
     functions,
     infill_body,
     release_files,
+    system,
 )
 
 # g:llama_config's defaults, and llama.vim's constants
@@ -143,6 +146,18 @@ SESSION_SYSTEMS = {
     "plookup --no-memory": (f"plookup serve --no-memory {SERVER_FLAGS}", {}),
 }
 SESSION_DEFAULT_SYSTEMS = ("llama-server", "plookup")
+
+
+def session_system(name: str) -> tuple[str, dict]:
+    """(server, extra request fields) of a session's system: one of SESSION_SYSTEMS, or a point of a
+    sweep, `llama-server SPEC N` (:func:`system`), on llama.vim's flags as the others."""
+    if name in SESSION_SYSTEMS:
+        return SESSION_SYSTEMS[name]
+    server, extra = system(name)
+    if not server.startswith("llama-server --spec-type "):
+        raise ValueError(f"--editor session has no system {name!r}: choose from {', '.join(SESSION_SYSTEMS)}, "
+                         f"or {SWEEP_SYSTEM}")
+    return f"llama-server {SERVER_FLAGS}{server[len('llama-server'):]}", extra
 
 
 # -- Vim's side: a buffer
@@ -1077,7 +1092,7 @@ def run_sessions(systems: Sequence[str], start: Callable[[str], object], note, p
         order = list(systems) if repeat % 2 == 0 else list(reversed(systems))
         for sampling in samplings:
             for system in order:
-                kind, extra = SESSION_SYSTEMS[system]
+                kind, extra = session_system(system)
                 server = start(kind)
                 commands[system] = " ".join(getattr(server, "command", []))
                 started = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -1209,7 +1224,10 @@ def plot_session(path: str, part: dict) -> None:
 def run_session_workload(args, kwargs: dict, note, server_binary: Optional[str], wanted: Optional[list]) -> dict:
     """--editor session: its systems (alternating), on servers with llama.vim's flags, each at its
     own flash-attention default, and a context of at least SESSION_N_CTX."""
-    systems = [s for s in (wanted or SESSION_DEFAULT_SYSTEMS) if s in SESSION_SYSTEMS]
+    # the session's own systems, and the points of a sweep, in the order named
+    systems = [s for s in (wanted or SESSION_DEFAULT_SYSTEMS) if s in SESSION_SYSTEMS or s not in SYSTEMS]
+    for name in systems:
+        session_system(name)
     if server_binary is None:
         systems = [s for s in systems if not s.startswith("llama-server")]
     if not systems:

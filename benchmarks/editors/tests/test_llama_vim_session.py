@@ -487,6 +487,24 @@ def test_every_system_runs_alternating_each_on_a_fresh_server():
     assert "llama-server" in session_table(summary)
 
 
+def test_a_sweep_point_runs_on_llama_vims_flags():
+    started = []
+
+    def start(kind):
+        started.append(FakeServer(kind))
+        return started[-1]
+
+    part = run_sessions(["llama-server ngram-map-k 32"], start, lambda _: None, PACKAGES, 4, tasks=1, repeats=1,
+                        samplings=["sampled"], n_ctx=8192, live=live(oracle(PACKAGES)))
+    (server,) = started
+    assert server.kind == ("llama-server -ub 1024 -b 1024 --cache-reuse 256 "
+                           + editor.system("llama-server ngram-map-k 32")[0].removeprefix("llama-server "))
+    assert [r["system"] for r in part["runs"]] == ["llama-server ngram-map-k 32"]
+    assert ts.session_system("plookup") == ts.SESSION_SYSTEMS["plookup"]
+    with pytest.raises(ValueError, match="no system"):
+        ts.session_system("llama-server eagle 16")
+
+
 # -- figures
 
 
