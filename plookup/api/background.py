@@ -47,12 +47,11 @@ def measuring_n_ctx(n_ctx: int, n_batch: int, max_draft: int, parallel: int) -> 
     (their context of CONTEXT_TOKENS and their largest batches, :mod:`.exactness` and :mod:`.costs`),
     and at least n_batch (llama_cpp caps n_batch, which the keys hold, by n_ctx); never more than
     the server's own `n_ctx` (0: the model's), whose limits the measurements then had anyway."""
-    from ..measure.costs import CONTEXT_TOKENS, DEFAULT_MAX_N, MAX_MEASURED_ROWS
+    from ..measure.costs import CONTEXT_TOKENS, curve_rows
     from ..measure.exactness import EXACT_MIN_ROWS
 
-    curve_rows = min(parallel * (max_draft + 1) if parallel > 1 else DEFAULT_MAX_N, MAX_MEASURED_ROWS)
     probe_rows = max(EXACT_MIN_ROWS, max_draft + 1)
-    need = max(curve_rows + CONTEXT_TOKENS, 2 * probe_rows + 2 * CONTEXT_TOKENS, n_batch)
+    need = max(curve_rows(max_draft, parallel) + CONTEXT_TOKENS, 2 * probe_rows + 2 * CONTEXT_TOKENS, n_batch)
     need = -(-need // CONTEXT_STEP) * CONTEXT_STEP
     return need if n_ctx <= 0 else min(n_ctx, need)
 

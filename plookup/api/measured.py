@@ -19,7 +19,7 @@ from typing import Optional
 
 from ..log import log, phase
 from ..measure.cache import NotMeasured, cached_only
-from ..measure.costs import cached_cost_curve, oracle_speedup
+from ..measure.costs import cached_cost_curve, curve_rows, oracle_speedup
 from ..measure.exactness import EXACT_MIN_ROWS, cached_invariance, cached_slot_invariance, slots_exact
 
 CALIBRATIONS = ("blocking", "background")
@@ -122,9 +122,8 @@ def apply_figures(llm, exactness, cost_curve, streams: bool) -> None:
     if exactness == "auto":
         llm.exact = keep_exact(llm, streams)
     if isinstance(cost_curve, str) and cost_curve == "auto":
-        # With several slots a step verifies up to parallel * (max_draft + 1) rows.
-        parallel = llm.parallel
-        cost_curve = cached_cost_curve(llm, parallel * (llm.drafter.max_draft + 1) if parallel > 1 else None)
+        # measured after the exactness verdict, which may lower max_draft
+        cost_curve = cached_cost_curve(llm, curve_rows(llm.drafter.max_draft, llm.parallel))
     if cost_curve is not None:
         llm.drafter.use_cost_curve(cost_curve)
 

@@ -202,6 +202,16 @@ def curve_key(llm: llama_cpp.Llama, max_n: int = DEFAULT_MAX_N) -> str:
     return digest(settings)
 
 
+def curve_rows(max_draft: int, parallel: int = 1) -> int:
+    """The rows a verify step of drafts of up to `max_draft` tokens holds at most, which a model's
+    curve is measured up to: a slot's draft and its pending token, times the slots (a step's
+    throwaway rows beside several slots are priced by it too, plookup.draft.sizing), at most
+    MAX_MEASURED_ROWS. Drafts longer than the model's bound are never made (a request's own bound
+    only lowers it): timing larger steps would only make a first start measure longer (the time
+    grows with the square of the rows)."""
+    return min(parallel * (max_draft + 1), MAX_MEASURED_ROWS)
+
+
 def cached_cost_curve(llm: llama_cpp.Llama, max_n: Optional[int] = None) -> np.ndarray:
     """The curve for `llm` up to max_n rows (default DEFAULT_MAX_N; at most MAX_MEASURED_ROWS,
     extrapolated beyond), from the cache or measured now (which resets `llm`'s context)."""

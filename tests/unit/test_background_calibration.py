@@ -23,13 +23,21 @@ CURVE = np.linspace(1.0, 3.0, 65)
 EXACT_TO = 33  # verify batches found exact up to this many rows
 
 
+class Calls(list):
+    """The measurements made, in order; `curve_rows`: the rows each curve was measured up to."""
+
+    def __init__(self):
+        super().__init__()
+        self.curve_rows = []
+
+
 @pytest.fixture
 def probes(tmp_path, monkeypatch):
     """An empty cache, keys without a model file, and the probes faked and counted."""
     monkeypatch.setenv("PLOOKUP_CACHE_DIR", str(tmp_path))
     for module in (costs, exactness):
         monkeypatch.setattr(module, "curve_key", lambda llm, max_n=65: f"key{max_n}")
-    calls = []
+    calls = Calls()
 
     def probe(llm, max_n):
         calls.append("exactness")
@@ -37,6 +45,7 @@ def probes(tmp_path, monkeypatch):
 
     def curve(llm, max_n):
         calls.append("curve")
+        calls.curve_rows.append(max_n)
         return CURVE[:max_n]
 
     monkeypatch.setattr(exactness, "probe_invariance", probe)
@@ -67,7 +76,9 @@ def test_missing_figures_mean_no_drafts_and_pending_until_they_are_cached(probes
     line = take_over(llm)
     assert llm.calibration_pending is None and probes == ["exactness", "curve"]  # read, not measured again
     assert llm.exact is True and llm.drafter.max_draft == EXACT_TO - 1 and not llm.drafter.branches
-    np.testing.assert_allclose(llm.drafter.policy.cost, CURVE)
+    # measured up to the rows a step holds once the verdict has bounded the drafts, no further
+    assert probes.curve_rows == [EXACT_TO]
+    np.testing.assert_allclose(llm.drafter.policy.cost, CURVE[:EXACT_TO])
     assert f"drafts of up to {EXACT_TO - 1} tokens" in line and "verification exact" in line
     assert "x" in line.split("ceiling")[1]
 
@@ -78,7 +89,7 @@ def test_cached_figures_apply_at_once(probes):
     calibrate(llm, "auto", "auto", False, "background")
     assert llm.calibration_pending is None and probes == ["exactness", "curve"]
     assert llm.exact is True and llm.drafter.max_draft == EXACT_TO - 1
-    np.testing.assert_allclose(llm.drafter.policy.cost, CURVE)
+    np.testing.assert_allclose(llm.drafter.policy.cost, CURVE[:EXACT_TO])
 
 
 def test_one_figure_of_two_cached_still_means_no_drafts(probes, monkeypatch):
@@ -107,6 +118,11 @@ def test_the_measuring_context_fits_the_measurements_and_keeps_the_keys():
     assert measuring_n_ctx(8192, 512, 64, 4) == 768
     assert measuring_n_ctx(600, 512, 64, 1) == 600  # never more than the server's
     assert measuring_n_ctx(0, 512, 64, 1) == 768  # 0: the model's own, which is larger
+
+
+def test_a_curve_is_measured_up_to_the_rows_a_step_verifies():
+    assert costs.curve_rows(64) == 65 and costs.curve_rows(8) == 9  # one slot: a draft and its pending token
+    assert costs.curve_rows(16, 4) == 68 and costs.curve_rows(64, 4) == costs.MAX_MEASURED_ROWS
 
 
 def test_what_the_measuring_process_loads():
