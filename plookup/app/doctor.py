@@ -84,13 +84,13 @@ def over_rpc(path: str, args: argparse.Namespace, n_ctx: int, load: dict) -> int
     finds it. The file's report (exactness, settings) is about this host's build: neither measured
     nor written."""
     from ..api.llama import Llama
-    from ..measure.costs import cached_cost_curve
+    from ..measure.costs import cached_cost_curve, curve_rows
 
     llm = Llama(path, **{"n_threads_batch": args.threads, **load}, rpc_servers=args.rpc, n_ctx=n_ctx,
                 n_threads=args.threads, verbose=False, cost_curve=None, exactness=None, backend_sampling=False,
                 max_draft=args.max_draft)
     try:
-        cost = cached_cost_curve(llm, args.max_draft + 1)
+        cost = cached_cost_curve(llm, curve_rows(args.max_draft))  # the key a one-slot load reads
         endpoints = list(llm.rpc_devices.endpoints)
     finally:
         llm.close()

@@ -20,6 +20,7 @@ import llama_cpp
 import pytest
 
 from plookup.app.bench.local_server import free_port
+from conftest import MEASURED_QUICKLY
 from support.plain import NEAR_TIE, first_near_tie, greedy_with_gaps
 from support.threads import THREADS
 
@@ -30,9 +31,6 @@ TAKEN_OVER = re.compile(r"plookup: measured figures take over [\d.]+ s after the
 # copied line for line: drafted whole once drafting is on
 REPEATED = "a = 1\nb = 2\nc = 3\n" * 4 + "a = 1\n"
 N_CTX = 2048
-# Drafts of up to 8 tokens: the curve is measured up to the 9 rows a step then verifies (against
-# 65 at the default bound), and the repeated lines are still drafted
-MEASURED_QUICKLY = ("--draft-max", "8")
 # greedy (unpenalised, as every request that names no penalty): plain decoding's tokens
 GREEDY = {"max_tokens": 24, "temperature": 0, "repeat_penalty": 1.0}
 

@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from plookup.app.bench.local_server import free_port
+from conftest import MEASURED_QUICKLY
 from support.threads import THREADS
 
 PHASES = [
@@ -29,9 +30,6 @@ PHASES = [
     r"measured figures take over ",
 ]
 TAKEN_OVER = re.compile(r"plookup: measured figures take over ")
-# Short drafts: the curve is measured up to the rows a step verifies (9 here, against 65 at the
-# default bound), which the lines said do not depend on.
-MEASURED_QUICKLY = ("--draft-max", "8")
 
 
 def start(cache: str, *options: str, taken_over: bool = False) -> list[str]:
