@@ -39,7 +39,7 @@ def start_engine(llm, parallel: int, decode_thread) -> bool:
     streams = parallel > 1
     recreate_context(llm, parallel, streams=streams)
     llm._engine = Engine(context_handle(llm), ModelCells(llm), llm, parallel, branch_sequences=not streams,
-                         streams=streams)
+                         streams=streams, kept_sequence=not streams and parallel == 1)
     llm._stack.callback(llm._engine.chains.detach)  # (runs before the context is freed)
     return streams
 
@@ -82,17 +82,17 @@ def is_eog(llm: llama_cpp.Llama, token: int) -> bool:
 def recreate_context(llm, parallel: int, streams: bool = False) -> None:
     """Each slot decodes on a sequence of its own, and verifies a second branch on another,
     sharing cells with the first (kv_unified: a split cache would also split each sequence's
-    window). llama_cpp.Llama offers no such parameters, so its context is replaced by one that
+    window); one more sequence holds the cells a lone slot keeps from an earlier prompt. llama_cpp.Llama offers no such parameters, so its context is replaced by one that
     has 2 * parallel sequences and, with several slots, parallel * n_ctx cells. With
     `streams`, each of `parallel` sequences has a stream of n_ctx cells and no second branch.
     Its decodes stay on one thread (:mod:`plookup.engine.decode_thread`)."""
     params = llm.context_params
     # (unless llama_cpp made one already, e.g. in its embedding mode; it never makes one with
     # llama.cpp's own choice of flash attention: plookup.api.load.load_model)
-    made = params.n_seq_max >= 2 and params.kv_unified and params.n_outputs_max_per_seq == 0
+    layout = context_layout(llm._n_ctx, parallel, streams)
+    made = params.n_seq_max >= layout.n_seq_max and params.kv_unified and params.n_outputs_max_per_seq == 0
     if not (parallel == 1 and made and params.flash_attn_type != llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO):
         params.n_outputs_max_per_seq = 0  # n_batch: a backend chain samples every row of a verify step
-        layout = context_layout(llm._n_ctx, parallel, streams)
         params.n_seq_max, params.kv_unified = layout.n_seq_max, layout.unified
         params.n_ctx = layout.n_ctx if parallel > 1 else params.n_ctx
         llm._ctx.close()  # free the first cache before allocating the second

@@ -66,6 +66,12 @@ class RunningCallView(llama_cpp.Llama):
         self._engine.rewritten()
         super().eval(tokens)
 
+    def load_state(self, state) -> None:
+        # the whole memory replaced: slot 0's buffer is llama_cpp's, and its kept cells are gone
+        if self._engine is not None:
+            self._engine.rewritten()
+        super().load_state(state)
+
     def _check_weights(self) -> None:
         if self._engine is None:
             raise ValueError(f"{self.model_path} was loaded with vocab_only=True: it tokenizes and detokenizes, "

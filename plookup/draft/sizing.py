@@ -39,7 +39,10 @@ LLAMA_CPP_N_BATCH = 512  # llama_cpp.Llama's default n_batch and n_ubatch (plook
 
 class ContextLayout(NamedTuple):
     n_ctx: int  # cells in the whole cache
-    n_seq_max: int  # sequences: one per slot, and one per slot for a draft's second branch where unified
+    # sequences: one per slot; where unified, one more per slot for a draft's second branch (and
+    # a prompt's cached chunks waiting for the tokens before them), and one for the cells a lone
+    # slot keeps from an earlier prompt (plookup.engine.reuse)
+    n_seq_max: int
     unified: bool  # one cache shared by every sequence; else a KV stream per slot
 
 
@@ -47,8 +50,8 @@ def context_layout(n_ctx_per_slot: int, parallel: int, streams: bool) -> Context
     """The cache for `parallel` slots, each with the whole `n_ctx_per_slot` window (llama-server
     divides its -c among its slots; plookup gives each slot -c): with `streams` a KV stream per
     slot and no branch sequence, else one unified cache where every slot has a second sequence for
-    a draft's branch, sharing cells with the first."""
-    return ContextLayout(parallel * n_ctx_per_slot, parallel if streams else 2 * parallel, not streams)
+    a draft's branch, sharing cells with the first, and one for the cells kept from an earlier prompt."""
+    return ContextLayout(parallel * n_ctx_per_slot, parallel if streams else 2 * parallel + 1, not streams)
 
 
 # -- the longest draft a step may verify

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
+import numpy as np
+
 from ..verify.backend import BackendGreedy
-from .reuse import apply_moves, shift_plan
+from .reuse import Kept, apply_moves, reuse_plan, shift_plan, stage
 from .slot import Generation, Slot
 from .turns import Turns
 
@@ -97,26 +99,92 @@ class Admission(Turns):
         return slot.drafter
 
     def _keep_prefix(self, slot: Slot, gen: Generation, prompt) -> None:
-        """The cells `prompt` begins with kept (and cached chunks moved into place), the rest
-        dropped: ``slot.tokens[:slot.n]`` is the prompt's head."""
+        """The cells `prompt` begins with kept (and cached chunks moved into place, or staged to
+        be), the rest dropped: ``slot.tokens[:slot.n]`` is the prompt's head."""
         cached = slot.shared_prefix(prompt)
         min_chunk = self.cache_reuse if gen.call.cache_reuse is None else gen.call.cache_reuse
+        self._check_kept(slot)
         if min_chunk > 0 and cached < len(prompt):  # cached chunks further on, shifted into place
             if not self.context.can_shift:
                 raise ValueError(f"cache reuse (n_cache_reuse={min_chunk}) needs a memory that can shift its "
                                  f"cells, which this model's cannot: send n_cache_reuse 0")
-            moves = shift_plan(slot.tokens[: slot.n].tolist(), prompt, cached, min_chunk)
-            if moves:
-                cached = apply_moves(self.context, slot.seq, slot.tokens, moves)
-                gen.call.stats.shifted_tokens = sum(move.length for move in moves)
+            if slot.branch_seq >= 0:  # a spare sequence to stage chunks on: new tokens may come between them
+                self._stage_chunks(slot, gen, prompt, cached, min_chunk)
+            else:
+                moves = shift_plan(slot.tokens[: slot.n].tolist(), prompt, cached, min_chunk)
+                if moves:
+                    cached = apply_moves(self.context, slot.seq, slot.tokens, moves)
+                    gen.call.stats.shifted_tokens = sum(move.length for move in moves)
+        elif min_chunk == 0:
+            self._drop_kept(slot)
         # A whole cached prompt decodes its last token again: its logits are gone.
         reuse = cached - 1 if cached == len(prompt) else cached
         if not (reuse > 0 and self.context.roll_back(slot.seq, reuse)):
             reuse = 0
             if not self.context.roll_back(slot.seq, 0):
                 raise RuntimeError(f"llama.cpp could not clear sequence {slot.seq} of the cache")
+        if reuse != cached and gen.placements:  # (a refused roll-back) the chunks are evaluated instead
+            self.context.roll_back(slot.branch_seq, 0)
+            gen.placements, gen.call.stats.shifted_tokens = [], 0
         slot.n = reuse
-        gen.call.stats.prefill_tokens = len(prompt) - reuse
+        gen.call.stats.prefill_tokens = len(prompt) - reuse - sum(placement.length for placement in gen.placements)
+
+    def _stage_chunks(self, slot: Slot, gen: Generation, prompt, cached: int, min_chunk: int) -> None:
+        """Cached chunks of at least `min_chunk` tokens that `prompt` repeats after its first
+        `cached` tokens, from the slot's cells and the ones it kept, staged for the step to bring
+        in (:mod:`.reuse`); the prompt's last token is evaluated whatever is cached (its logits),
+        a chunk that ends there counted whole against `min_chunk`, as llama-server counts it
+        (llama.vim's text after the cursor, with its two markers, is a chunk of 256 at most).
+        The slot's cells that are left, where they could serve a later prompt (`min_chunk` of
+        them), are kept in their place on the kept sequence while they fit beside this request."""
+        kept = slot.kept
+        self.context.roll_back(slot.branch_seq, 0)  # (chunks an admission that failed staged)
+        sources, seqs = [(slot.tokens[cached : slot.n], cached, None)], [slot.seq]
+        if kept is not None:
+            sources.append((kept.tokens, kept.first, kept.held))
+            seqs.append(slot.kept_seq)
+        takes = reuse_plan(sources, prompt, cached, len(prompt), min_chunk)
+        if takes and takes[-1].to + takes[-1].length == len(prompt):  # as llama-server's walk, whose
+            # last chunk may reach the prompt's end, and whose last token is then evaluated again
+            takes[-1] = takes[-1]._replace(length=takes[-1].length - 1)
+            takes = [take for take in takes if take.length > 0]
+        gen.placements = stage(self.context, seqs, slot.branch_seq, takes)
+        gen.call.stats.shifted_tokens = sum(take.length for take in takes)
+        if slot.kept_seq < 0:
+            return
+        # what is left of each source once its chunks are staged
+        left = np.ones(max(slot.n - cached, 0), bool)
+        for take in takes:
+            held = left if take.source == 0 else kept.held
+            first = cached if take.source == 0 else kept.first
+            held[take.at - first : take.at - first + take.length] = False
+        fits = lambda count: (gen.call.max_tokens is not None and count >= min_chunk and  # noqa: E731
+                              count + len(prompt) + gen.call.max_tokens + self.context.n_batch <= self.context.n_ctx)
+        if fits(int(left.sum())):  # the slot's own leftovers replace the older ones
+            self._drop_kept(slot)
+            self.context.copy(slot.seq, slot.kept_seq, cached, -1)  # (the roll-back below takes them off the slot's)
+            slot.kept = Kept(cached, slot.tokens[cached : slot.n].copy(), left)
+        elif kept is not None and not fits(kept.count):
+            self._drop_kept(slot)
+        if slot.kept is not None or takes:
+            gen.shared = True  # its cache holds, or its prompt was given, cells of other sequences
+
+    def _check_kept(self, slot: Slot) -> None:
+        """Forget kept cells the memory no longer holds as recorded (llama_cpp's eval drops every
+        sequence's cells past its tokens), and drop the cells of ones forgotten (:meth:`rewritten`)."""
+        kept = slot.kept
+        if kept is None:
+            self._drop_kept(slot)
+            return
+        where = np.flatnonzero(kept.held)
+        span = (kept.first + where[0], kept.first + where[-1]) if where.size else (-1, -1)
+        if self.context.span(slot.kept_seq) != span:
+            self._drop_kept(slot)
+
+    def _drop_kept(self, slot: Slot) -> None:
+        if slot.kept_seq >= 0:
+            self.context.roll_back(slot.kept_seq, 0)
+        slot.kept = None
 
     def release(self, gen: Generation) -> None:
         """The consumer is done. Its generation ends now; its slot is taken back by whoever holds
@@ -165,6 +233,7 @@ class Admission(Turns):
             for slot in self.slots:
                 if slot.generation is None and self.context.roll_back(slot.seq, 0):
                     slot.n = 0
+                self._drop_kept(slot)
 
         self._wait_for(drop)
         policy = getattr(self.model.drafter, "policy", None)
@@ -190,12 +259,16 @@ class Admission(Turns):
         for slot in self.slots[1:]:
             self.context.roll_back(slot.seq, 0)
             slot.n = 0
+        for slot in self.slots:
+            self._drop_kept(slot)
         self.rewritten()
 
     def rewritten(self) -> None:
         """llama_cpp's own code writes slot 0's buffer (the model's ``input_ids``: its ``eval``,
-        its plain loop): the drafter that indexed it starts over at its next generation."""
+        its plain loop, ``load_state``): the drafter that indexed it starts over at its next
+        generation, and the cells it kept are dropped then (a state loaded replaces them)."""
         self.slots[0].drafter = None
+        self.slots[0].kept = None
 
     # -- consuming
 

@@ -37,7 +37,7 @@ class Engine(Admission):
     cache_reuse) is the engine's admission, which the engine is: :class:`~.admission.Admission`."""
 
     def __init__(self, context: ContextHandle, cells, model, n_slots: int, branch_sequences: bool = True,
-                 shared_exact: bool = False, streams: bool = False):
+                 shared_exact: bool = False, streams: bool = False, kept_sequence: bool = False):
         """`context`: the handle on the llama_context. `cells`: slot 0's tokens and count (the
         model's own, :class:`plookup.api.context.ModelCells`; the other slots own theirs, as long).
         `model`: the model's drafting side, ``drafter`` and ``can_roll_back``: a reference, not a
@@ -47,11 +47,13 @@ class Engine(Admission):
         a draft's branch (without, drafts must carry none). `shared_exact`: a slot's rows beside
         other slots' are bitwise its lone decode here (measured:
         :func:`plookup.measure.exactness.probe_slots`). `streams`: each slot's sequence has a KV
-        stream of its own (see :mod:`plookup.draft.sizing`)."""
+        stream of its own (see :mod:`plookup.draft.sizing`). `kept_sequence`: the context has a
+        sequence after the branches' for the cells a lone slot keeps from an earlier prompt
+        (:mod:`.reuse`)."""
         size = len(cells.tokens)
         # Slot i decodes on sequence i and verifies a draft's second branch on sequence n_slots + i.
         branch = (lambda i: n_slots + i) if branch_sequences else (lambda i: -1)
-        slots = [Slot(0, 0, branch(0), cells)]
+        slots = [Slot(0, 0, branch(0), cells, 2 * n_slots if kept_sequence and n_slots == 1 else -1)]
         slots += [Slot(i, i, branch(i), Cells(size)) for i in range(1, n_slots)]
         self.verdicts = Verdicts(context, accept, self.evaluate_afresh)
         self.step = Step(context, slots, self.verdicts, model, streams, shared_exact)

@@ -88,6 +88,11 @@ class ContextHandle:
         """Move sequence `seq`'s cells at positions [p0, p1) by `delta` positions."""
         llama_cpp.llama_memory_seq_add(self.memory, seq, p0, p1, delta)
 
+    def span(self, seq: int) -> tuple[int, int]:
+        """The lowest and highest positions sequence `seq` holds ((-1, -1): none)."""
+        return (int(llama_cpp.llama_memory_seq_pos_min(self.memory, seq)),
+                int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq)))
+
     def copy(self, source: int, target: int, p0: int = -1, p1: int = -1) -> None:
         """Sequence `source`'s cells at [p0, p1) (< 0: all) shared with sequence `target`."""
         llama_cpp.llama_memory_seq_cp(self.memory, source, target, p0, p1)

@@ -46,9 +46,12 @@ class Cells:
 
 
 class Slot:
-    def __init__(self, index: int, seq: int, branch_seq: int, cells):
+    def __init__(self, index: int, seq: int, branch_seq: int, cells, kept_seq: int = -1):
         self.index, self.seq, self.branch_seq = index, seq, branch_seq
         self.cells = cells  # a Cells, or slot 0's ModelCells
+        # A sequence for cells kept from an earlier prompt (-1: none), and what it holds
+        # (plookup.engine.reuse.Kept; None: nothing).
+        self.kept_seq, self.kept = kept_seq, None
         self.generation: Optional[Generation] = None  # the request running here, if any
         # The drafter whose index reads this slot's buffer (Admission._drafter): slot 0's, the
         # model's that last drafted here, None once llama_cpp's own code wrote the buffer; the
@@ -89,6 +92,9 @@ class Generation:
     # Its tokens once its consumer was done: what llama_cpp's completion code reads as
     # ``_input_ids`` after its loop, when the slot may already be another request's.
     history: Optional[np.ndarray] = None
+    # Cached chunks waiting on the slot's branch sequence for the prompt tokens before them
+    # (plookup.engine.reuse.Placement each, in prompt order; the step brings each in).
+    placements: list = field(default_factory=list)
 
     @property
     def prefilling(self) -> bool:

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, Optional
 from ..draft.sizing import draft_limit, fillers_worth_adding, room, size_batch, size_streams
 from ..draft.values import NO_DRAFT, Draft
 from ..verify.rows import last_row_logits, sequence_rows, verify_rows
+from .reuse import place_due
 from .slot import Generation, Slot
 from .verdicts import fail
 
@@ -86,6 +87,8 @@ class Step:
         decoding, prefilling = self._gather()
         if not decoding and not prefilling:
             return
+        for gen in prefilling:  # cached chunks whose prompt tokens before them are in
+            place_due(self.context, gen.slot, gen.placements)
         began = time.perf_counter()
         n_batch = self.context.n_batch
         # the drafts, sized for the step's cost with its other rows (idle slots' throwaway rows included)
@@ -237,6 +240,8 @@ class Step:
             end = gen.prompt_length
             if gen.call.last_token_alone and slot.n < end - 1:
                 end -= 1  # the last token in a pass of its own, as a repeat that found the rest cached
+            if gen.placements:
+                end = min(end, gen.placements[0].to)  # a cached chunk comes next (:mod:`.reuse`)
             chunk = slot.tokens[slot.n : min(slot.n + budget, end)].tolist()
             chunks.append(Piece(slot, sequence_rows(chunk, slot.n, slot.seq), last_row_logits(len(chunk))))
             budget -= len(chunk)

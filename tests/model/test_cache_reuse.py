@@ -69,11 +69,49 @@ def test_a_moved_window_is_shifted_into_place_and_only_the_new_tokens_are_evalua
     assert stats["shifted_tokens"] == 0 and stats["prefill_tokens"] == len(moved) - 1
 
 
+def close_to_fresh(plain, prompt: list[int], top: dict) -> None:
+    fresh = plains(plain, prompt)
+    assert max(top, key=top.get) == max(fresh, key=fresh.get)  # the same next token
+    shared = set(top) & set(fresh)
+    assert len(shared) >= 7 and max(abs(top[t] - fresh[t]) for t in shared) < 1.0
+
+
+def test_new_tokens_before_a_cached_chunk_are_evaluated_and_the_chunk_still_reused(llm, plain, window):
+    """llama.vim's window starting earlier than the cached one's (its speculative request's prefix
+    held the suggestion): llama-server's walk evaluates the whole window again; plookup evaluates
+    the new tokens, then brings the cached chunk in after them (plookup.engine.reuse)."""
+    head = llm.tokenize(b"# two lines the cached window did not have\nimport sys\n", add_bos=False)
+    earlier = [*window[:1], *head, *window[1:]]
+    next_token(llm, window)
+    top, stats = next_token(llm, earlier, cache_reuse=16)
+    assert (stats["prefill_tokens"], stats["shifted_tokens"]) == (len(head) + 1, len(window) - 2)
+    close_to_fresh(plain, earlier, top)
+
+
+def test_a_warm_ups_cells_beside_the_ones_kept_from_the_request_before(llm, plain, window):
+    """llama.vim's warm-up (the other files' chunks, nothing generated) takes the cells after those
+    chunks; the slot keeps the request's cells it gave up, and the next request takes its window
+    from them: it evaluates its new tokens only, where llama-server evaluates the whole window."""
+    chunks, text = window[:200], window[200:]
+    another = llm.tokenize(b"\n# another file's chunk\ndef helper():\n    return 42\n", add_bos=False)
+    next_token(llm, [*chunks, *text], cache_reuse=16)
+    _, stats = next_token(llm, [*chunks, *another], cache_reuse=16)  # the warm-up
+    assert stats["prefill_tokens"] == len(another)
+    typed = llm.tokenize(b"\ndef f():\n", add_bos=False)  # (its next token far from a tie)
+    request = [*chunks, *another, *text, *typed]
+    top, stats = next_token(llm, request, cache_reuse=16)
+    assert (stats["prefill_tokens"], stats["shifted_tokens"]) == (len(typed), len(text))
+    close_to_fresh(plain, request, top)
+
+
 def test_where_nothing_is_shifted_reuse_changes_nothing(llm, window):
     """A prompt that goes on from the cached one: the common prefix alone, the same logprobs to the bit."""
     longer = [*window, *llm.tokenize(b"\nimport os\n", add_bos=False)]
     runs = []
     for reuse in (16, 0):
+        # the window cached whole, twice: each run's cells alike, its last one decoded alone (a
+        # cell decoded in a batch rounds otherwise in this build)
+        next_token(llm, window)
         next_token(llm, window)
         runs.append(next_token(llm, longer, cache_reuse=reuse))
     (with_reuse, stats), (without, _) = runs
@@ -86,7 +124,7 @@ def test_the_models_default_and_a_refusal(llm, window):
     try:
         next_token(llm, window)
         _, stats = next_token(llm, [*window[:1], *window[1 + HEAD:]])  # the call says nothing: the model's 16
-        assert stats["shifted_tokens"] == len(window) - 1 - HEAD
+        assert stats["shifted_tokens"] == len(window) - 2 - HEAD  # all but the last token, evaluated for its logits
     finally:
         llm.cache_reuse = 0
     with pytest.raises(ValueError, match="cache_reuse must be an integer >= 0"):

@@ -39,9 +39,9 @@ def test_serves_defaults():
 
 
 @pytest.mark.parametrize("parallel, streams, layout", [
-    (1, False, ContextLayout(4096, 2, True)),  # one slot: a sequence for a draft's second branch
+    (1, False, ContextLayout(4096, 3, True)),  # one slot: a sequence for a draft's second branch, one for kept cells
     (4, True, ContextLayout(16384, 4, False)),  # -np 4: each slot the whole -c, a KV stream each
-    (4, False, ContextLayout(16384, 8, True)),
+    (4, False, ContextLayout(16384, 9, True)),
 ])
 def test_the_context_per_slot(parallel, streams, layout):
     assert context_layout(4096, parallel, streams) == layout
