@@ -587,7 +587,8 @@ class Vim:
         self.buffer: Optional[Buffer] = None
         self.mode = "n"
         self.sent: list[Request] = []
-        # the user's cursor positions in insert mode: [key time, buffer, y, x, shown at, by]
+        # the user's cursor positions in insert mode: [key time, buffer, y, x, shown at, by, the
+        # user waits there (a line's start: the typist says)]
         self.positions: list = []
         self.on_shown: Optional[Callable[[], None]] = None  # (the simulated user looks)
 
@@ -732,7 +733,7 @@ class Vim:
         self.fim_data = render(self.buffer, pos_x, pos_y, found["content"])
         self.hint_shown = True
         if self.positions and self.positions[-1][4] is None:
-            self.positions[-1][4:] = [self.loop.now, answered.kind if answered is not None else "cache"]
+            self.positions[-1][4:6] = [self.loop.now, answered.kind if answered is not None else "cache"]
         if self.on_shown is not None:
             self.on_shown()
         self.fim(pos_x, pos_y, True, self.fim_data["content"], True, origin=self.loop.now)
@@ -742,7 +743,7 @@ class Vim:
     def _moved_insert(self) -> None:
         """CursorMovedI: s:on_move, then llama#fim for the cursor."""
         buf = self.buffer
-        self.positions.append([self.loop.now, buf.name, buf.y, buf.x, None, None])
+        self.positions.append([self.loop.now, buf.name, buf.y, buf.x, None, None, False])
         self.on_move()
         self.fim(-1, -1, True, [], True, origin=self.loop.now)
 
@@ -1004,7 +1005,7 @@ class Typist:
             vim.open_below()
             self.keys += 1
             self.typing = [number, text, 0]
-            self.waiting = True
+            self.waiting = vim.positions[-1][6] = True
             yield PATIENCE_MS
             while self.typing[2] < len(text):
                 typed = self.typing[2]
@@ -1015,7 +1016,7 @@ class Typist:
                     vim.enter(indent)
                     self.typing[2] = typed + 1 + len(indent)
                     self.keys += 1
-                    self.waiting = True
+                    self.waiting = vim.positions[-1][6] = True
                     yield PATIENCE_MS
                     continue
                 elif typed == line_start and indent_of(text[typed:].split("\n", 1)[0]):  # the first line's indent
@@ -1076,8 +1077,8 @@ def run_live(server, packages: dict, plan: Sequence[Task], seed: int, sampling: 
         "user": {"keys": typist.keys, "typed_chars": typist.typed, "accepted": typist.accepted,
                  "functions_completed": typist.completed},
         "requests": [request_record(r) for r in vim.sent],
-        "positions": [{"key_ms": t, "file": name, "line": y, "col": x, "shown_ms": shown, "by": by}
-                      for t, name, y, x, shown, by in vim.positions],
+        "positions": [{"key_ms": t, "file": name, "line": y, "col": x, "shown_ms": shown, "by": by, "waits": waits}
+                      for t, name, y, x, shown, by, waits in vim.positions],
     }
 
 
@@ -1124,9 +1125,14 @@ def run_figures(run: dict) -> dict:
     """A run's figures: the time to a shown suggestion (from the key that moved the cursor to the
     suggestion shown there, where a server's answer showed it), median and p90; positions shown
     from the cache at once and never shown; the requests, how long a first request waited in Vim
-    for the one in flight, and the FIM requests sent while a warm-up was still in the server."""
+    for the one in flight, and the FIM requests sent while a warm-up was still in the server.
+    Beside them, the line starts where the user waits: how many showed a suggestion while they
+    waited, and the time to it there, PATIENCE_MS where none showed (the user typed on), median and
+    p90 (None for a run recorded before positions said where the user waits)."""
     positions, requests = run["positions"], run["requests"]
     shown = [(p["shown_ms"] - p["key_ms"]) / 1000 for p in positions if p["by"] in ("first", "speculative")]
+    waits = [p for p in positions if p.get("waits")]
+    waited = [PATIENCE_MS / 1000 if p["by"] is None else (p["shown_ms"] - p["key_ms"]) / 1000 for p in waits]
     first = [r for r in requests if r["kind"] == "first"]
     fim = [r for r in requests if r["kind"] != "warm-up"]
     warm = [r for r in requests if r["kind"] == "warm-up"]
@@ -1136,6 +1142,8 @@ def run_figures(run: dict) -> dict:
         "shown_from_cache": sum(1 for p in positions if p["by"] == "cache"),
         "never_shown": sum(1 for p in positions if p["by"] is None),
         "shown_median_s": percentile(shown, 0.5), "shown_p90_s": percentile(shown, 0.9),
+        "waits": len(waits), "waits_shown": sum(1 for p in waits if p["by"] is not None),
+        "wait_median_s": percentile(waited, 0.5), "wait_p90_s": percentile(waited, 0.9),
         "requests": len(requests), "first": len(first), "speculative": len(fim) - len(first), "warm_ups": len(warm),
         "first_wait_median_s": percentile([(r["sent_ms"] - r["origin_ms"]) / 1000 for r in first], 0.5),
         "fim_behind_warm_up": len(behind),
@@ -1158,6 +1166,8 @@ def session_summary(runs: Sequence[dict]) -> dict:
         row["medians"].append(f["shown_median_s"])
         row["p90s"].append(f["shown_p90_s"])
         row["shown"].append(f"{f['shown_from_answer']}+{f['shown_from_cache']}/{f['positions']}")
+        if f.get("waits"):
+            row.setdefault("waits", []).append(f"{f['waits_shown']}/{f['waits']}, {f['wait_median_s']:.2f}")
         row["accepted"].append(run["user"]["accepted"])
     for row in summary.values():
         for key in ("medians", "p90s"):
@@ -1173,13 +1183,14 @@ def _f(value, spec: str) -> str:
 
 def session_table(summary: dict) -> str:
     header = ["system", "sampling", "runs", "time to shown: median s (spread)", "p90 s (spread)",
-              "shown by answer+cache / positions, a run", "accepted, a run"]
+              "shown by answer+cache / positions, a run", "line starts shown / waited, median s, a run",
+              "accepted, a run"]
     rows = []
     for (system, sampling), s in summary.items():
         spread = lambda k: "-" if s[k] is None else f"{s[k][0]:.2f}-{s[k][1]:.2f}"  # noqa: E731
         rows.append([system, sampling, s["runs"], f"{_f(s['median_of_runs'], '.2f')} ({spread('median_spread')})",
                      f"{_f(s['p90_of_runs'], '.2f')} ({spread('p90_spread')})", ", ".join(s["shown"]),
-                     ", ".join(map(str, s["accepted"]))])
+                     "; ".join(s.get("waits", ["-"])), ", ".join(map(str, s["accepted"]))])
     return grid(header, rows)
 
 

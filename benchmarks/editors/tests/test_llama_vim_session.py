@@ -525,9 +525,9 @@ def test_the_figures_on_a_hand_made_run():
     run = {
         "user": {"accepted": 1},
         "positions": [
-            {"key_ms": 0, "shown_ms": 900, "by": "first"},
+            {"key_ms": 0, "shown_ms": 900, "by": "first", "waits": True},
             {"key_ms": 1000, "shown_ms": 1000, "by": "cache"},  # shown at once: counted apart
-            {"key_ms": 1200, "shown_ms": None, "by": None},
+            {"key_ms": 1200, "shown_ms": None, "by": None, "waits": True},  # none while the user waited
             {"key_ms": 1400, "shown_ms": 3400, "by": "speculative"},  # an answer that foresaw the keys
             {"key_ms": 5000, "shown_ms": 5500, "by": "first"},
         ],
@@ -541,6 +541,9 @@ def test_the_figures_on_a_hand_made_run():
     assert f["first"] == 3 and f["speculative"] == 1 and f["warm_ups"] == 1
     assert f["fim_behind_warm_up"] == 1  # the first request at 100 ms, the warm-up in the server until 400
     assert f["first_wait_median_s"] == pytest.approx(0.1)
+    # the line starts: one shown after 0.9 s, one not while the user waited (their patience, 5 s)
+    assert (f["waits"], f["waits_shown"]) == (2, 1)
+    assert f["wait_median_s"] == pytest.approx((0.9 + 5.0) / 2) and f["wait_p90_s"] == pytest.approx(0.9 + 0.9 * 4.1)
     summary = session_summary([dict(run, system="a", sampling="sampled"),
                                dict(run, system="a", sampling="sampled", figures=dict(f, shown_median_s=2.0))])
     row = summary[("a", "sampled")]
