@@ -1,6 +1,12 @@
 """plookup.engine.reuse: llama-server's chunk reuse by KV shift, on a fake memory that holds a
 token per position. After the moves and the roll-back past them, the cells hold exactly the new
-prompt's first n tokens, each at its position; the chunks moved are at least N tokens long."""
+prompt's first n tokens, each at its position; the chunks moved are at least N tokens long.
+
+Then the reuse past llama-server's walk (new tokens between chunks, cells kept from an earlier
+prompt): the plan against a plain reading of its rule, and whole requests through the engine's
+admission and step on a fake unified memory that holds llama.cpp's rules (a shift moves a cell for
+every sequence sharing it; a sequence's positions are decoded in order): the cells hold the prompt
+and output, the rows evaluated are the ones counted, the kept cells the ones recorded."""
 
 from __future__ import annotations
 
