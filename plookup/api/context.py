@@ -82,8 +82,9 @@ def is_eog(llm: llama_cpp.Llama, token: int) -> bool:
 def recreate_context(llm, parallel: int, streams: bool = False) -> None:
     """Each slot decodes on a sequence of its own, and verifies a second branch on another,
     sharing cells with the first (kv_unified: a split cache would also split each sequence's
-    window); one more sequence holds the cells a lone slot keeps from an earlier prompt. llama_cpp.Llama offers no such parameters, so its context is replaced by one that
-    has 2 * parallel sequences and, with several slots, parallel * n_ctx cells. With
+    window); one more sequence holds the cells a lone slot keeps from an earlier prompt
+    (plookup.engine.reuse). llama_cpp.Llama offers no such parameters, so its context is replaced
+    by one that has 2 * parallel + 1 sequences and, with several slots, parallel * n_ctx cells. With
     `streams`, each of `parallel` sequences has a stream of n_ctx cells and no second branch.
     Its decodes stay on one thread (:mod:`plookup.engine.decode_thread`)."""
     params = llm.context_params
