@@ -133,6 +133,24 @@ MUTANTS = [
         first="tests/unit/test_reuse.py",
     ),
     Mutant(
+        "staged_chunk_brought_in_a_position_late", "plookup/engine/reuse.py",
+        "context.shift(slot.branch_seq, context.n_ctx + to, context.n_ctx + end, -context.n_ctx)",
+        "context.shift(slot.branch_seq, context.n_ctx + to, context.n_ctx + end, 1 - context.n_ctx)",
+        "unit",
+        "a cached chunk staged behind new tokens is shifted back from its waiting place one position too "
+        "far: the slot's sequence then holds a gap before it and its cells one position late",
+        first="tests/unit/test_reuse.py",
+    ),
+    Mutant(
+        "kept_cells_taken_still_recorded", "plookup/engine/admission.py",
+        "            held[take.at - first : take.at - first + take.length] = False\n",
+        "",
+        "unit",
+        "the chunks a request takes from the cells kept from an earlier prompt stay recorded as kept: "
+        "a later request plans chunks from cells that moved into another sequence",
+        first="tests/unit/test_reuse.py",
+    ),
+    Mutant(
         "memory_scope_keyed_by_the_salt_alone", "plookup/index/scopes.py",
         'return hashlib.sha256(f"{key or \'\'}\\0{salt or \'\'}".encode()).hexdigest()[:24]',
         'return hashlib.sha256(f"{salt or key or \'\'}".encode()).hexdigest()[:24]',
