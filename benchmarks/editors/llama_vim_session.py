@@ -62,9 +62,12 @@ keeps each run's requests and positions, and the table the suggestions accepted.
 in insert mode, from that key to the suggestion an answer shows there (whichever request's answer
 it is: the position's own, or one that foresaw the typed characters), median and p90 a run,
 counted where one is shown before the user moves on; positions the cache shows at once and
-positions left without a suggestion are counted beside it. Also per run: the requests by kind,
-how long a first request waited in Vim for the job in flight, the FIM requests sent while a warm-up
-held the server. llama.vim has no client-side timeout (curl runs until the server answers) and
+positions left without a suggestion are counted beside it, and so are the line starts where the
+user waits: how many showed a suggestion before the user typed on, and the time to it there
+(PATIENCE_MS where none did), since the figure above counts only the positions a suggestion was
+shown at, and a server that shows none at a line start is not the faster for it. Also per run: the
+requests by kind, how long a first request waited in Vim for the job in flight, the FIM requests
+sent while a warm-up held the server. llama.vim has no client-side timeout (curl runs until the server answers) and
 llama-server does not implement ``t_max_prompt_ms``; ``t_max_predict_ms`` ends the generation at
 the first line end after it.
 
