@@ -6,9 +6,9 @@ prompt cached, so it times decoding alone). Prints each server's timings; from a
     flock /tmp/plookup-cpu.lock .venv/bin/python docs/lab/probes/same_prompt_decode_ab.py MODEL.gguf LLAMA_SERVER OUT.json
 
 (a lab probe of 2026-12-07, kept with the figures BENCHMARKS.md quotes from it; not maintained)."""
-import json, subprocess, sys, time, urllib.request
+import json, subprocess, sys, urllib.request
 from benchmarks.editors.llama_vim import release_files
-from plookup.app.bench.local_server import free_port
+from plookup.app.bench.local_server import free_port, stop, wait_healthy
 
 MODEL, LLAMA, OUT = sys.argv[1:4]
 FLAGS = ["-ub", "1024", "-b", "1024", "-c", "8192", "--cache-reuse", "256", "-t", "2", "-tb", "2"]
@@ -22,13 +22,11 @@ def start(kind, port):
     else:
         argv = [sys.executable, "-m", "plookup.app.cli", "serve", "-m", MODEL, "--port", str(port), "--host", "127.0.0.1", *FLAGS]
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if json.loads(r.read()).get("status") == "ok":  # (n_max 0: no figures needed)
-                    break
-        except Exception:
-            time.sleep(0.5)
+    try:  # (n_max 0: no measured figures needed, a 200 from /health is enough)
+        wait_healthy(p, f"http://127.0.0.1:{port}", kind, 300)
+    except RuntimeError:
+        stop(p, 30)
+        raise
     return p
 
 def post(port, body):
@@ -50,7 +48,7 @@ for rnd in range(4):
             a = post(port, body)["timings"]
             b = post(port, body)["timings"]
         finally:
-            p.terminate(); p.wait()
+            stop(p, 30)
         row = dict(round=rnd, system=kind, prompt_n=a["prompt_n"], prompt_ms_tok=round(a["prompt_per_token_ms"], 2),
                    decode_ms_tok=round(a["predicted_per_token_ms"], 2), decode2_ms_tok=round(b["predicted_per_token_ms"], 2),
                    prompt2_n=b["prompt_n"])
