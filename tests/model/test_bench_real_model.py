@@ -15,6 +15,7 @@ from plookup.app.bench.plain import NEAR_TIE
 from plookup.app.bench.replay import modelled_speedup, replay
 from plookup.draft.drafters import make_drafter
 
+from conftest import MEASURED_QUICKLY
 from support.oracle import brute_force_least_cost
 from support.threads import THREADS
 
@@ -97,7 +98,8 @@ def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys
     workloads.write_text(json.dumps({"name": "ask", "kind": "free", "messages": [{"role": "user", "content": question}]}) + "\n")
     out_json = tmp_path / "b.json"
     argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix", "--repeats", "2",
-            "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024", "--memory", str(memory), "--json", str(out_json)]
+            "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024", *MEASURED_QUICKLY,
+            "--memory", str(memory), "--json", str(out_json)]
     assert cli.main(argv) == 0
     assert "plookup-memory" in capsys.readouterr().out
     summary = json.loads(out_json.read_text())["summary"]
@@ -116,7 +118,8 @@ def test_live_memory_system_drafts_a_repeat_from_the_earlier_answer(tmp_path):
                                      "messages": [{"role": "user", "content": "What is a list?"}]}) + "\n")
     out_json = tmp_path / "b.json"
     argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix,plookup-live-memory",
-            "--repeats", "2", "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024", "--json", str(out_json)]
+            "--repeats", "2", "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024", *MEASURED_QUICKLY,
+            "--json", str(out_json)]
     assert cli.main(argv) == 0
     summary = json.loads(out_json.read_text())["summary"]
     live, alone = summary["plookup-live-memory"]["ask"], summary["plookup-suffix"]["ask"]

@@ -28,7 +28,15 @@ MAX_TOKENS = 48
 # near-tie than a lone verify batch's (NEAR_TIE, 0.3). The engine now gives each slot a KV stream,
 # where the probe found more rows equal to their lone decode (16/71 against 0/71).
 SHARED_NEAR_TIE = 0.8
-PROMPTS = standard_workloads(seed=0)[:14:2] + standard_workloads(seed=0)[-2:]  # 7 code edits, 2 free
+# 7 code edits and 2 questions. The shortest edits (146-237 tokens on SmolLM2, against 164-729 for
+# every other one): on one thread the prompts' prefills, the plain references' and the engine's,
+# were most of the module's time (40 s of the first test's 81), and what the tests check is how
+# slots share steps, not how long a prompt is. In this order the first four's plain greedy texts
+# meet their first near-ties (SHARED_NEAR_TIE) at 48 (none in 48 tokens), 0, 35 and 48 tokens.
+EDITS = ("code-docstring:textwrap.indent", "code-docstring:random.Random.shuffle", "code-docstring:base64.b64encode",
+         "code-constant:calendar.Calendar.monthdatescalendar", "code-constant:shutil.copyfileobj",
+         "code-whole:string.capwords", "code-rename:statistics.median")
+PROMPTS = [w for name in EDITS for w in standard_workloads(seed=0) if w.name == name] + standard_workloads(seed=0)[-2:]
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +137,8 @@ def test_a_failing_request_leaves_its_batch_mates_unchanged(parallel_smol, refer
     assert outputs[1] is None and len(calls) > 5
     others = [i for i in range(4) if i != 1]
     checked = check_against_plain([prompts[i] for i in others], [refs[i] for i in others], [outputs[i] for i in others])
-    # Plain greedy's first near-ties (SHARED_NEAR_TIE) on these three prompts: 41, 4 and 0 tokens.
-    assert checked >= 40
+    # Plain greedy's first near-ties (SHARED_NEAR_TIE) on these three prompts: 48, 35 and 48 tokens.
+    assert checked >= 120
     # The model is usable after it: a lone request answers as before.
     assert list(itertools.islice(llm.generate(prompts[0], temp=0.0), 8)) == refs[0][0][:8]
 
