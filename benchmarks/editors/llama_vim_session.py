@@ -128,6 +128,10 @@ SAMPLINGS = ("sampled", "greedy")  # the bench's columns: llama.vim's samplers (
 # The user model
 KEY_MS = (120, 280)
 PATIENCE_MS = 5000  # at a line's start the user waits this long for a suggestion (this CPU's answers take seconds)
+# The waits' curve: how many line starts showed a suggestion within each of these seconds. Every run
+# has the same line starts, so the curves of two systems compare at every point; the time to a shown
+# suggestion counts only where one was shown, and a system that shows more (slowish) ones reads slower.
+WITHIN_S = (1, 2, 3, 4, 5)
 READ_MS = (1500, 3000)
 REACTION_MS = 400
 DEFAULT_TASKS, DEFAULT_REPEATS = 3, 3
@@ -1130,8 +1134,9 @@ def run_figures(run: dict) -> dict:
     from the cache at once and never shown; the requests, how long a first request waited in Vim
     for the one in flight, and the FIM requests sent while a warm-up was still in the server.
     Beside them, the line starts where the user waits: how many showed a suggestion while they
-    waited, and the time to it there, PATIENCE_MS where none showed (the user typed on), median and
-    p90 (None for a run recorded before positions said where the user waits)."""
+    waited, how many within each of WITHIN_S seconds, and the time to it there, PATIENCE_MS where
+    none showed (the user typed on), median and p90 (None for a run recorded before positions said
+    where the user waits)."""
     positions, requests = run["positions"], run["requests"]
     shown = [(p["shown_ms"] - p["key_ms"]) / 1000 for p in positions if p["by"] in ("first", "speculative")]
     waits = [p for p in positions if p.get("waits")]
@@ -1147,6 +1152,7 @@ def run_figures(run: dict) -> dict:
         "shown_median_s": percentile(shown, 0.5), "shown_p90_s": percentile(shown, 0.9),
         "waits": len(waits), "waits_shown": sum(1 for p in waits if p["by"] is not None),
         "wait_median_s": percentile(waited, 0.5), "wait_p90_s": percentile(waited, 0.9),
+        "waits_within": [sum(1 for p, s in zip(waits, waited) if p["by"] is not None and s <= t) for t in WITHIN_S],
         "requests": len(requests), "first": len(first), "speculative": len(fim) - len(first), "warm_ups": len(warm),
         "first_wait_median_s": percentile([(r["sent_ms"] - r["origin_ms"]) / 1000 for r in first], 0.5),
         "fim_behind_warm_up": len(behind),
@@ -1159,10 +1165,11 @@ def run_figures(run: dict) -> dict:
 
 def session_summary(runs: Sequence[dict]) -> dict:
     """(system, sampling) -> the runs' figures: each run's median and p90, the median of those and
-    their spread (lowest, highest)."""
+    their spread (lowest, highest); the line starts' curve (WITHIN_S), the runs pooled."""
     summary: dict = {}
     for run in runs:
-        f = run.get("figures") or run_figures(run)
+        # figures recorded with the run win; those added since are computed from its positions
+        f = {**run_figures(run), **run.get("figures", {})}
         row = summary.setdefault((run["system"], run["sampling"]), {"runs": 0, "medians": [], "p90s": [],
                                                                     "shown": [], "accepted": []})
         row["runs"] += 1
@@ -1171,6 +1178,8 @@ def session_summary(runs: Sequence[dict]) -> dict:
         row["shown"].append(f"{f['shown_from_answer']}+{f['shown_from_cache']}/{f['positions']}")
         if f.get("waits"):
             row.setdefault("waits", []).append(f"{f['waits_shown']}/{f['waits']}, {f['wait_median_s']:.2f}")
+            row["waited"] = row.get("waited", 0) + f["waits"]
+            row["within"] = [a + b for a, b in zip(row.get("within", [0] * len(WITHIN_S)), f["waits_within"])]
         row["accepted"].append(run["user"]["accepted"])
     for row in summary.values():
         for key in ("medians", "p90s"):
@@ -1187,13 +1196,15 @@ def _f(value, spec: str) -> str:
 def session_table(summary: dict) -> str:
     header = ["system", "sampling", "runs", "time to shown: median s (spread)", "p90 s (spread)",
               "shown by answer+cache / positions, a run", "line starts shown / waited, median s, a run",
-              "accepted, a run"]
+              f"line starts shown within {'/'.join(map(str, WITHIN_S))} s, runs pooled", "accepted, a run"]
     rows = []
     for (system, sampling), s in summary.items():
         spread = lambda k: "-" if s[k] is None else f"{s[k][0]:.2f}-{s[k][1]:.2f}"  # noqa: E731
         rows.append([system, sampling, s["runs"], f"{_f(s['median_of_runs'], '.2f')} ({spread('median_spread')})",
                      f"{_f(s['p90_of_runs'], '.2f')} ({spread('p90_spread')})", ", ".join(s["shown"]),
-                     "; ".join(s.get("waits", ["-"])), ", ".join(map(str, s["accepted"]))])
+                     "; ".join(s.get("waits", ["-"])),
+                     f"{'/'.join(map(str, s['within']))} of {s['waited']}" if "within" in s else "-",
+                     ", ".join(map(str, s["accepted"]))])
     return grid(header, rows)
 
 

@@ -544,10 +544,15 @@ def test_the_figures_on_a_hand_made_run():
     # the line starts: one shown after 0.9 s, one not while the user waited (their patience, 5 s)
     assert (f["waits"], f["waits_shown"]) == (2, 1)
     assert f["wait_median_s"] == pytest.approx((0.9 + 5.0) / 2) and f["wait_p90_s"] == pytest.approx(0.9 + 0.9 * 4.1)
+    assert f["waits_within"] == [1, 1, 1, 1, 1]  # shown after 0.9 s: within every second of the curve
+    late = dict(run, positions=[*run["positions"], {"key_ms": 6000, "shown_ms": 8500, "by": "first", "waits": True}])
+    assert run_figures(late)["waits_within"] == [1, 1, 2, 2, 2]  # one more after 2.5 s: from 3 s on
     summary = session_summary([dict(run, system="a", sampling="sampled"),
                                dict(run, system="a", sampling="sampled", figures=dict(f, shown_median_s=2.0))])
     row = summary[("a", "sampled")]
     assert row["median_of_runs"] == pytest.approx(1.45) and row["median_spread"] == (0.9, 2.0)
+    assert (row["within"], row["waited"]) == ([2, 2, 2, 2, 2], 4)  # the two runs' line starts pooled
+    assert "2/2/2/2/2 of 4" in session_table(summary)
 
 
 def test_session_runs_merge_where_the_settings_are_the_same():
