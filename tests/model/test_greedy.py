@@ -22,39 +22,44 @@ MAX_TOKENS = 96
 # tokens, so that every prompt's drafts are verified, accepted and rejected over a stretch of output
 # (the cache checks below); for SmolLM2, whose near-ties come early, that halves the test's time.
 AT_LEAST = 32
-# The code model decodes ~4x slower here: every sixth prompt (3 copy-heavy that meet no near-tie in
-# 96 tokens, 1 free-form; the four others of every third prompt met theirs within 13 tokens and
-# added 25 of its 315 tokens compared for some 30 % of its decoding). SmolLM2: every other one (9
-# copy-heavy, 3 free-form); Gemma 3 (262k vocabulary, its near-ties late: 116 s for all 24) the
-# others (9 copy-heavy, 3 free-form), so that the two bundled models together meet every prompt;
-# the exact leg checks all 24 to the last token.
-PROMPTS_PER_MODEL = {CODER: PROMPTS[::6], "smollm2": PROMPTS[::2], "gemma3": PROMPTS[1::2]}
+# On the one thread a test worker has, the prompts' prefills (plain decoding's and plookup's) were
+# most of this test's time (SmolLM2 ~8 ms a prompt token; 96, 90 and 79 s for the three models with
+# every other prompt), so each model takes the shortest copy-heavy prompts (by characters) and
+# free-form questions: SmolLM2 the 8 shortest, the longest (1,257 tokens: a prefill over
+# llama_cpp's 512-token batch) and every other question; Gemma 3 (262k vocabulary) the 9
+# shortest and the other questions; the code model (~4x slower) three that meet no near-tie for
+# 84-96 tokens (the two shortest edits meet theirs at the first token there) and one question.
+# The exact leg checks all 24 prompts to the last token.
+_COPY = sorted((w for w in PROMPTS if w.kind == "copy"), key=lambda w: sum(len(m["content"]) for m in w.messages))
+_FREE = [w for w in PROMPTS if w.kind != "copy"]
+PROMPTS_PER_MODEL = {
+    "smollm2": _COPY[:8] + _COPY[-1:] + _FREE[::2],
+    "gemma3": _COPY[:9] + _FREE[1::2],
+    CODER: [w for w in _COPY if w.name in ("code-constant:calendar.Calendar.monthdatescalendar",
+                                           "code-constant:shutil.copyfileobj", "code-whole:string.capwords")]
+    + _FREE[:1],
+}
 # Where plain greedy decoding meets its first near-tie (NEAR_TIE), per model and prompt, measured
 # (portable build, llama-cpp-python 0.3.36, 2 threads; 96: none): each prompt must compare nearly
 # that many tokens (:func:`least_compared`). A near-tie at the first token leaves nothing to compare.
 FIRST_NEAR_TIE = {
     "smollm2": {
-        "code-rename:textwrap.dedent": 41, "code-constant:shutil.copyfileobj": 51, "code-rename:json.dumps": 4,
-        "code-constant:copy.deepcopy": 18, "code-rename:statistics.median": 20, "code-whole:string.capwords": 15,
-        "code-rename:ast.literal_eval": 0, "code-constant:calendar.Calendar.monthdatescalendar": 50,
+        "code-docstring:random.Random.shuffle": 24, "code-constant:calendar.Calendar.monthdatescalendar": 50,
+        "code-constant:shutil.copyfileobj": 51, "code-whole:string.capwords": 15, "code-docstring:base64.b64encode": 63,
+        "code-rename:statistics.median": 20, "code-docstring:textwrap.indent": 48, "code-docstring:glob.glob": 3,
         "proofread:heapq.__about__": 8, "question:contextlib.contextmanager": 9, "question:threading.Lock": 0,
         "question:asyncio.gather": 17,
     },
     "gemma3": {
-        "code-rename:textwrap.dedent": 5, "code-docstring:textwrap.indent": 96,
-        "code-constant:shutil.copyfileobj": 96, "code-whole:shutil.which": 96, "code-rename:json.dumps": 96,
-        "code-docstring:random.Random.shuffle": 87, "code-constant:copy.deepcopy": 96,
-        "code-whole:tempfile.mkdtemp": 96, "code-rename:statistics.median": 0, "code-docstring:glob.glob": 96,
-        "code-whole:string.capwords": 96, "code-whole:heapq.merge": 96, "code-rename:ast.literal_eval": 71,
-        "code-docstring:base64.b64encode": 96, "code-constant:calendar.Calendar.monthdatescalendar": 96,
-        "code-whole:difflib.get_close_matches": 37, "proofread:heapq.__about__": 96, "proofread:difflib": 96,
-        "question:contextlib.contextmanager": 21, "question:subprocess.run": 19, "question:threading.Lock": 19,
-        "question:pathlib.Path.glob": 21, "question:asyncio.gather": 20, "question:dataclasses.field": 20,
+        "code-docstring:random.Random.shuffle": 87, "code-constant:calendar.Calendar.monthdatescalendar": 96,
+        "code-constant:shutil.copyfileobj": 96, "code-whole:string.capwords": 96, "code-docstring:base64.b64encode": 96,
+        "code-rename:statistics.median": 0, "code-docstring:textwrap.indent": 96, "code-docstring:glob.glob": 96,
+        "proofread:difflib": 96, "question:subprocess.run": 19, "question:pathlib.Path.glob": 21,
+        "question:dataclasses.field": 20,
     },
     CODER: {
-        "code-rename:textwrap.dedent": 96, "code-whole:shutil.which": 3, "code-constant:copy.deepcopy": 96,
-        "code-docstring:glob.glob": 0, "code-rename:ast.literal_eval": 96, "code-whole:difflib.get_close_matches": 9,
-        "question:contextlib.contextmanager": 2, "question:pathlib.Path.glob": 13,
+        "code-constant:calendar.Calendar.monthdatescalendar": 84, "code-constant:shutil.copyfileobj": 96,
+        "code-whole:string.capwords": 96, "question:contextlib.contextmanager": 2,
     },
 }
 
