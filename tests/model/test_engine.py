@@ -28,10 +28,10 @@ MAX_TOKENS = 48
 # near-tie than a lone verify batch's (NEAR_TIE, 0.3). The engine now gives each slot a KV stream,
 # where the probe found more rows equal to their lone decode (16/71 against 0/71).
 SHARED_NEAR_TIE = 0.8
-# 7 code edits and 2 questions. The shortest edits (146-237 tokens on SmolLM2, against 164-729 for
-# every other one): on one thread the prompts' prefills, the plain references' and the engine's,
-# were most of the module's time (40 s of the first test's 81), and what the tests check is how
-# slots share steps, not how long a prompt is. In this order the first four's plain greedy texts
+# 7 code edits and 2 questions. The shortest edits (146-237 tokens on SmolLM2; every other edit,
+# as before, ran 164-729): on one thread the prompts' prefills, the plain references' and the
+# engine's, were most of the module's time (40 s of the first test's 81), and what the tests check
+# is how slots share steps, not how long a prompt is. In this order the first four's plain greedy texts
 # meet their first near-ties (SHARED_NEAR_TIE) at 48 (none in 48 tokens), 0, 35 and 48 tokens.
 EDITS = ("code-docstring:textwrap.indent", "code-docstring:random.Random.shuffle", "code-docstring:base64.b64encode",
          "code-constant:calendar.Calendar.monthdatescalendar", "code-constant:shutil.copyfileobj",

@@ -23,12 +23,13 @@ MAX_TOKENS = 96
 # (the cache checks below); for SmolLM2, whose near-ties come early, that halves the test's time.
 AT_LEAST = 32
 # On the one thread a test worker has, the prompts' prefills (plain decoding's and plookup's) were
-# most of this test's time (SmolLM2 ~8 ms a prompt token; 96, 90 and 79 s for the three models with
-# every other prompt), so each model takes the shortest copy-heavy prompts (by characters) and
-# free-form questions: SmolLM2 the 8 shortest, the longest (1,257 tokens: a prefill over
-# llama_cpp's 512-token batch) and every other question; Gemma 3 (262k vocabulary) the 9
-# shortest and the other questions; the code model (~4x slower) three that meet no near-tie for
-# 84-96 tokens (the two shortest edits meet theirs at the first token there) and one question.
+# most of this test's time (SmolLM2 ~8 ms a prompt token; 96, 90 and 79 s for SmolLM2, Gemma 3 and
+# the code model on the earlier split of the 24 prompts), so each model takes the shortest
+# copy-heavy prompts (by characters) and free-form questions: SmolLM2 the 8 shortest, the longest
+# (1,257 tokens: a prefill over llama_cpp's 512-token batch) and every other question; Gemma 3
+# (262k vocabulary) the 9 shortest and the other questions; the code model (~4x slower) three that
+# meet no near-tie for 84-96 tokens (the two shortest edits meet theirs at the first token there)
+# and one question.
 # The exact leg checks all 24 prompts to the last token.
 _COPY = sorted((w for w in PROMPTS if w.kind == "copy"), key=lambda w: sum(len(m["content"]) for m in w.messages))
 _FREE = [w for w in PROMPTS if w.kind != "copy"]
