@@ -17,7 +17,7 @@ from plookup.draft.policy import CPU_COST_CURVE
 from plookup.draft.sizing import fillers_worth_adding
 
 from conftest import LLAMA_KWARGS
-from support.plain import chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps, standard_workloads
+from support.plain import WORKLOADS, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
 from support.threads import run_concurrently
 
 # -- several generations in one batch, SmolLM2
@@ -31,12 +31,12 @@ SHARED_NEAR_TIE = 0.8
 # 7 code edits and 2 questions. The shortest edits (146-237 tokens on SmolLM2; every other edit,
 # as before, ran 164-729): on one thread the prompts' prefills, the plain references' and the
 # engine's, were most of the module's time (40 s of the first test's 81), and what the tests check
-# is how slots share steps, not how long a prompt is. In this order the first four's plain greedy texts
-# meet their first near-ties (SHARED_NEAR_TIE) at 48 (none in 48 tokens), 0, 35 and 48 tokens.
+# is how slots share steps, not how long a prompt is. In this order the first four's plain greedy
+# texts meet their first near-ties (SHARED_NEAR_TIE) at 48 (none in 48 tokens), 0, 35 and 48 tokens.
 EDITS = ("code-docstring:textwrap.indent", "code-docstring:random.Random.shuffle", "code-docstring:base64.b64encode",
          "code-constant:calendar.Calendar.monthdatescalendar", "code-constant:shutil.copyfileobj",
          "code-whole:string.capwords", "code-rename:statistics.median")
-PROMPTS = [w for name in EDITS for w in standard_workloads(seed=0) if w.name == name] + standard_workloads(seed=0)[-2:]
+PROMPTS = [next(w for w in WORKLOADS if w.name == name) for name in EDITS] + WORKLOADS[-2:]
 
 
 @pytest.fixture(scope="module")
