@@ -260,7 +260,8 @@ def test_agent_streams_open_before_the_prompt_is_evaluated(oai, app_client, monk
     (``response.in_progress``, Anthropic's ``ping``) while a long prompt is evaluated, so that an
     agent's idle timeout does not fire on a slow machine; the answer after them is unchanged."""
     monkeypatch.setattr(serve_app, "WAITING_EVERY", 0.01)
-    long_input = "Summarize this list in one word. " + " ".join(f"item {i}," for i in range(250))
+    # ~330 tokens: a second or more of prompt evaluation, a hundred waits of 0.01 s
+    long_input = "Describe this list in detail. " + " ".join(f"item {i}," for i in range(80))
     events = list(oai.responses.create(model="qwen", input=long_input, stream=True, temperature=0.0,
                                        max_output_tokens=4))
     kinds = [event.type for event in events]
