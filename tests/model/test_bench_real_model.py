@@ -97,7 +97,7 @@ def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys
     workloads = tmp_path / "w.jsonl"
     workloads.write_text(json.dumps({"name": "ask", "kind": "free", "messages": [{"role": "user", "content": question}]}) + "\n")
     out_json = tmp_path / "b.json"
-    argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix", "--repeats", "2",
+    argv = ["bench", "--workload", str(workloads), "--systems", "plain,plookup-suffix", "--repeats", "1",
             "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024", *MEASURED_QUICKLY,
             "--memory", str(memory), "--json", str(out_json)]
     assert cli.main(argv) == 0

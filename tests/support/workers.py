@@ -3,7 +3,8 @@
 A test file runs whole on one worker, so that its module fixtures are made once; and the files
 that pass work to each other through session state run on the same worker: tests/support/plain.py
 keeps each plain decoding on its model object, and test_greedy.py reads test_exact.py's (on two
-workers it would decode them again).
+workers it would decode them again); test_engine.py's four-slot sampling test reads SmolLM2's plain
+sample at temperature 1 that test_sampling.py draws (400 draws, ~10 s of a worker).
 
 conftest.py re-exports the hook.
 """
@@ -15,7 +16,8 @@ from pathlib import PurePosixPath
 import pytest
 
 # file name -> the name of the files that run together with it
-TOGETHER = {"test_exact.py": "plain decodings", "test_greedy.py": "plain decodings"}
+TOGETHER = {"test_exact.py": "plain decodings", "test_greedy.py": "plain decodings",
+            "test_sampling.py": "plain samples", "test_engine.py": "plain samples"}
 
 
 def scope_of(nodeid: str) -> str:
