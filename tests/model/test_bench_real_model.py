@@ -19,6 +19,8 @@ from conftest import MEASURED_QUICKLY
 from support.oracle import brute_force_least_cost
 from support.threads import THREADS
 
+MAX_DRAFT = int(MEASURED_QUICKLY[1])
+
 
 def candidates_by_position(drafter, prompt, output) -> dict[int, list[int]]:
     """The unsized candidate a drafter offers at each position of a recorded output."""
@@ -38,8 +40,9 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys, monkeypatch)
     ]
     workloads.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    # the memory tests' drafts (MEASURED_QUICKLY): one curve measured for the three, on a clean machine
     argv = ["bench", "--workload", str(workloads), "--repeats", "1", "--max-tokens", "24", "--threads", str(THREADS),
-            "--n-ctx", "1024", "--max-draft", "6", "--json", str(out_json), "--plot", str(out_png)]
+            "--n-ctx", "1024", *MEASURED_QUICKLY, "--json", str(out_json), "--plot", str(out_png)]
     figures = []
     savefig = matplotlib.figure.Figure.savefig
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), savefig(fig, *a, **k)))
@@ -49,15 +52,15 @@ def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys, monkeypatch)
     result = json.loads(out_json.read_text())
     assert list(result["phases"]) == ["standard"]  # a workload file: no whole-file phase
     phase = result["phases"]["standard"]
-    assert len(result["cost_curve"]) == 7 and result["cost_curve"][0] == 1.0 and phase["cost_curve"] == result["cost_curve"]
+    assert len(result["cost_curve"]) == MAX_DRAFT + 1 and result["cost_curve"][0] == 1.0 and phase["cost_curve"] == result["cost_curve"]
     cost = np.array(result["cost_curve"])
-    rates = np.arange(1, 8) / cost  # tokens per decode of an always-right drafter verifying n a step
+    rates = np.arange(1, MAX_DRAFT + 2) / cost  # tokens per decode of an always-right drafter verifying n a step
     assert phase["oracle"] == {"best_n": int(np.argmax(rates)) + 1, "speedup": pytest.approx(rates.max())}
     assert "sized by an oracle" in table and set(phase["replay_bounds"]) == {"suffix", "ngram"}
     (copy,) = [w for w in result["workloads"] if w["kind"] == "copy"]  # the bounds are over copy workloads
     prompt, output = copy["prompt_tokens"], copy["reference_tokens"]
     for drafter_name, bound in phase["replay_bounds"].items():
-        make = lambda: make_drafter(drafter_name, 6, cost_curve=cost)  # noqa: E731
+        make = lambda: make_drafter(drafter_name, MAX_DRAFT, cost_curve=cost)  # noqa: E731
         candidates = candidates_by_position(make(), prompt, output)
         # The oracle's lengths cost what an exhaustive search over the same candidates finds...
         assert bound["oracle_length"] == pytest.approx(len(output) / brute_force_least_cost(candidates, output, cost))
@@ -92,7 +95,7 @@ def test_memory_system_drafts_from_the_file_and_leaves_it_alone(tmp_path, capsys
     memory = tmp_path / "memory.npz"
     question = "What is a list?"
     assert cli.main(["generate", "-p", question, "--chat", "--max-tokens", "24", "--threads", str(THREADS), "--n-ctx", "1024",
-                     "--memory", str(memory)]) == 0
+                     *MEASURED_QUICKLY, "--memory", str(memory)]) == 0
     saved = memory.read_bytes()
     workloads = tmp_path / "w.jsonl"
     workloads.write_text(json.dumps({"name": "ask", "kind": "free", "messages": [{"role": "user", "content": question}]}) + "\n")
