@@ -147,12 +147,12 @@ def test_the_bench_runs_its_systems_over_the_server_one_after_another(model_path
     # One copy-heavy workload of --quick's three (the others, a proofread and a question, were a
     # third of the test's 50 s and check nothing the copy does not)
     copy = next(w for w in WORKLOADS if w.name == "code-docstring:textwrap.indent")
-    workloads = tmp_path / "w.jsonl"
-    workloads.write_text(json.dumps({"name": copy.name, "kind": copy.kind, "messages": copy.messages}) + "\n")
+    workload_file = tmp_path / "w.jsonl"
+    workload_file.write_text(json.dumps({"name": copy.name, "kind": copy.kind, "messages": copy.messages}) + "\n")
     with rpc_server() as (endpoint, _):
         done = subprocess.run(
             [sys.executable, "-m", "plookup.app.cli", "bench", "-m", model_path["smollm2"], "--rpc", endpoint,
-             "--workload", str(workloads), "--repeats", "1", "--systems", "plain,plookup-suffix", "--max-tokens", "24",
+             "--workload", str(workload_file), "--repeats", "1", "--systems", "plain,plookup-suffix", "--max-tokens", "24",
              "--max-draft", "8", "--threads", "1", "--json", str(tmp_path / "b.json")],
             capture_output=True, text=True, timeout=600, env=env,
         )

@@ -49,7 +49,7 @@ def accept_everything(draft, sample, stop=None, branch=None) -> Verdict:
 # runs on SmolLM2 here, and with every truncation on in the exact build (test_exact.py). The other
 # models at temperature 1, the setting where most drafts are rejected, run with `make test-slow`:
 # Gemma 3's 262k-vocabulary rows made its pair of tests (the distribution and the broken rule's
-# control) 100 s of a test worker, a fifth of the model leg's sampling, and the code model's 90 s.
+# control) 100 s of a test worker, two fifths of the model leg's sampling, and the code model's 90 s.
 # What is Gemma's own, its sliding-window cache rolled back after rejected drafts, the greedy walks
 # check in every leg (test_greedy.py).
 CASES = [("smollm2", setting) for setting in SETTINGS]
