@@ -126,6 +126,10 @@ SERVER_STARTUP_SECONDS = 120
 # up to the 9 rows a step then verifies (against 65 at the default bound), which what they check
 # does not depend on
 MEASURED_QUICKLY = ("--draft-max", "8")
+# For the tests whose subject is neither figure: drafts sized by the built-in CPU curve and no
+# exactness probe, so that a clean machine measures nothing at their load (a setting's first probe
+# and curve took 14-39 s of a test worker)
+NOT_MEASURED = dict(cost_curve=CPU_COST_CURVE, exactness=None)
 
 
 @contextlib.contextmanager

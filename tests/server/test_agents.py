@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import plookup
-from conftest import CODER, LLAMA_KWARGS
+from conftest import CODER, LLAMA_KWARGS, NOT_MEASURED
 from plookup.app.llama_cli import use_chat_template
 from plookup.app.serve import app as serve_app
 from plookup.app.serve.app import create_app
@@ -223,7 +223,7 @@ def test_a_prompt_that_fits_is_answered_up_to_the_context(model_path):
     (agents send large max_tokens by default; ignore_eos keeps the model from stopping first)."""
     # (its batch, capped by n_ctx, is a setting of its own: no exactness probe, which the length
     # of an answer does not depend on)
-    small = plookup.Llama(model_path[CODER], cost_curve=CPU_COST_CURVE, exactness=None, **dict(LLAMA_KWARGS, n_ctx=256))
+    small = plookup.Llama(model_path[CODER], **NOT_MEASURED, **dict(LLAMA_KWARGS, n_ctx=256))
     with TestClient(create_app(small, "qwen")) as client:
         body = {"messages": [{"role": "user", "content": "Count from 1 to 5000, one number a line."}],
                 "max_tokens": 100_000, "temperature": 0.0, "ignore_eos": True}
