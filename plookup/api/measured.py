@@ -15,14 +15,21 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Optional
 
+from ..draft.policy import CPU_COST_CURVE
 from ..log import log, phase
 from ..measure.cache import NotMeasured, cached_only
 from ..measure.costs import cached_cost_curve, curve_rows, oracle_speedup
 from ..measure.exactness import EXACT_MIN_ROWS, cached_invariance, cached_slot_invariance, slots_exact
 
 CALIBRATIONS = ("blocking", "background")
+# plookup.Llama's arguments that measure nothing at load, whatever is cached: drafts sized by the
+# built-in curve of a 2-core CPU, no exactness probe (``.exact`` None). For a model whose figures
+# do not matter to its user (`plookup serve --calibration none`: scripts and tests that start
+# servers often, each new setting's first measurement taking 15-90 s on 2 cores).
+NOTHING_MEASURED = MappingProxyType(dict(cost_curve=CPU_COST_CURVE, exactness=None))
 
 
 @dataclass

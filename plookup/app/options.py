@@ -179,12 +179,17 @@ def layers_line(kwargs: dict) -> str:
 
 def load_llama(args: argparse.Namespace, speculative: bool = True, parallel: int = 1, decode_thread=None,
                calibration: str = "blocking"):
-    """plookup.Llama (with `parallel` slots; `decode_thread`, `calibration`: see plookup.Llama), or
-    llama_cpp.Llama when speculation is off."""
+    """plookup.Llama (with `parallel` slots; `decode_thread`, `calibration`: see plookup.Llama, or
+    "none": nothing measured, :data:`plookup.api.measured.NOTHING_MEASURED`), or llama_cpp.Llama
+    when speculation is off."""
     kwargs = model_kwargs(args)
     if speculative:
         from ..api.llama import Llama
+        from ..api.measured import NOTHING_MEASURED
 
+        if calibration == "none":
+            kwargs.update(NOTHING_MEASURED)
+            calibration = "blocking"  # which then has nothing to measure
         memory = open_memory(args, kwargs["model_path"])
         return Llama(drafter=make_drafter(args.drafter, args.max_draft, memory), parallel=parallel,
                      decode_thread=decode_thread, corpus=getattr(args, "corpus", None), calibration=calibration, **kwargs)

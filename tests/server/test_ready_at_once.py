@@ -144,3 +144,38 @@ def test_a_measurement_past_its_deadline_gives_up_and_the_server_keeps_decoding_
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.budget(30)
+def test_calibration_none_drafts_at_once_by_the_built_in_curve_and_measures_nothing(tmp_path, plain):
+    """`--calibration none`, what the other server tests start with (conftest.serving): on a clean
+    machine it drafts from the first request, sized by the built-in curve, and writes no figure."""
+    prompt = plain.tokenize(REPEATED.encode(), add_bos=True, special=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, PLOOKUP_CACHE_DIR=str(tmp_path))  # nothing measured yet
+    log = Log()
+    server = subprocess.Popen([sys.executable, "-m", "plookup.app.cli", "serve", "-m", "smollm2", "--port", str(port),
+                               "-a", "smol", "-c", str(N_CTX), "-t", str(THREADS), "--calibration", "none"],
+                              stdout=subprocess.DEVNULL, stderr=log.file, text=True, env=env)
+    try:
+        log.wait_for(LOADED, 120, server)
+        deadline = time.monotonic() + READY_S
+        while True:
+            try:
+                assert get(f"{url}/health") == (200, {"status": "ok"})
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"no /health within {READY_S} s of the load:\n{log.text()}"
+                time.sleep(0.05)
+        answer = post(f"{url}/v1/completions", GREEDY | {"prompt": prompt})
+        speculative = answer["usage"]["speculative"]
+        assert speculative["drafted"] > 0 and speculative["exact"] is None, answer["usage"]
+        reference, gaps = greedy_with_gaps(plain, prompt, 24, NEAR_TIE["smollm2"])
+        tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
+        assert answer["choices"][0]["text"].startswith(plain.detokenize(reference[:tie]).decode()), answer
+        assert not list(tmp_path.rglob("*.json")), f"figures written:\n{log.text()}"
+        assert "measur" not in log.text().replace("not measured", ""), log.text()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -66,11 +66,14 @@ def register(commands) -> None:
                             "one at a time, exact where `plookup doctor` says so)")
     serve.add_argument("--max-queue", type=int, default=limits.max_queue,
                        help=f"requests waiting for the model, else 429 (default {limits.max_queue})")
-    serve.add_argument("--calibration", choices=("background", "blocking"), default="background",
+    serve.add_argument("--calibration", choices=("background", "blocking", "none"), default="background",
                        help="where the model's exactness and verify-cost curve are not measured yet for these "
                             "settings: background (default) serves at once, without drafts, while a process of "
                             "its own measures them (stopped while requests run; /health says \"calibration\": "
-                            "\"measuring\"), blocking measures them before serving (a benchmark's choice)")
+                            "\"measuring\"), blocking measures them before serving (a benchmark's choice); none "
+                            "measures nothing, cached or not: drafts sized by the built-in curve of a 2-core CPU, "
+                            "no exactness probe (usage says \"exact\": null; for scripts and tests that start "
+                            "servers often)")
     llama_cli.add_server_flags(serve)
     # llama-server's default batch, which also sizes its FIM prompts (plookup.api.fim), and its
     # flash attention (-fa auto: on where the backend has the kernel), so that beside llama-server
@@ -119,7 +122,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # requests run on the pool's threads; what is not measured yet for this model and its settings
     # is measured in the background (BackgroundFigures), except over RPC (its servers serve one client)
     llm = load_llama(args, parallel=args.parallel, decode_thread=True,
-                     calibration="blocking" if args.rpc else args.calibration)
+                     calibration="blocking" if args.rpc and args.calibration == "background" else args.calibration)
     if args.cache_reuse:
         try:
             llm.cache_reuse = args.cache_reuse
