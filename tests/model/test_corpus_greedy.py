@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from plookup.draft.policy import CPU_COST_CURVE
 from plookup.index.corpus import CorpusIndex
 from support.threads import THREADS
 
@@ -39,7 +40,8 @@ def test_greedy_output_with_a_corpus_is_plain_greedy_and_drafts_from_it(model_pa
     prompt, reference, gaps, corpus = corpus_case
     path = tmp_path / "answers.idx"
     corpus.save(path)
-    llm = plookup.Llama(model_path["smollm2"], corpus=str(path), **LLAMA_KWARGS)
+    # sized by the built-in curve, as `smol` (a clean machine measured SmolLM2's here otherwise)
+    llm = plookup.Llama(model_path["smollm2"], corpus=str(path), cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
     out = list(itertools.islice(llm.generate(prompt, temp=0.0), len(reference)))
     stats = llm.last_stats
     tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
@@ -65,5 +67,5 @@ def test_a_corpus_of_another_vocabulary_is_refused_naming_the_file(model_path, c
     assert str(foreign) in capsys.readouterr().err
     # The model is usable afterwards, with this model's corpus.
     prompt, reference, _, corpus = corpus_case
-    llm = plookup.Llama(model_path["smollm2"], corpus=corpus, **LLAMA_KWARGS)
+    llm = plookup.Llama(model_path["smollm2"], corpus=corpus, cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
     assert list(itertools.islice(llm.generate(prompt, temp=0.0), 8)) == reference[:8]

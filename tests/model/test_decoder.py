@@ -8,6 +8,7 @@ import llama_cpp
 import pytest
 
 import plookup
+from plookup.draft.policy import CPU_COST_CURVE
 
 from conftest import LLAMA_KWARGS, NOT_MEASURED, kv_positions
 from support.plain import chat_prompt_tokens
@@ -72,7 +73,7 @@ def test_closed_generator_leaves_consistent_state(model_path, smol):
     generator.close()
     assert kv_positions(smol) == (0, smol.n_tokens - 1)
     assert smol.input_ids[: smol.n_tokens].tolist() == (prompt + first)[: smol.n_tokens]
-    fresh = plookup.Llama(model_path["smollm2"], **LLAMA_KWARGS)
+    fresh = plookup.Llama(model_path["smollm2"], cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)  # as `smol`
     assert completion(smol)["choices"][0]["text"] == completion(fresh)["choices"][0]["text"]
 
 

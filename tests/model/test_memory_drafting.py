@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 from plookup.draft.drafters import SuffixDrafter
+from plookup.draft.policy import CPU_COST_CURVE
 from plookup.index.memory import GlobalMemory
 
 
@@ -36,9 +37,9 @@ def test_second_request_drafts_from_memory(model_path, smol):
 
     max_tokens = 64
     memory = GlobalMemory(100_000)
-    llm = plookup.Llama(
-        model_path["smollm2"], drafter=SuffixDrafter(memory=memory), **LLAMA_KWARGS
-    )
+    # sized by the built-in curve, as `smol` (a clean machine measured SmolLM2's here otherwise)
+    llm = plookup.Llama(model_path["smollm2"], drafter=SuffixDrafter(memory=memory), cost_curve=CPU_COST_CURVE,
+                        **LLAMA_KWARGS)
     messages = standard_workloads(0)[0].messages
     first_prompt = chat_prompt_tokens(llm, messages)
     first = list(itertools.islice(llm.generate(first_prompt, temp=0.0), max_tokens))

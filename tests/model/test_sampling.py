@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import plookup
+from plookup.draft.policy import CPU_COST_CURVE
 from plookup.verify.accept import Verdict
 
 from conftest import CODER, LLAMA_KWARGS, MODEL_KWARGS, pair
@@ -99,12 +100,13 @@ def test_same_seed_same_text(model_path):
     def sample(llm, seed=7):
         return llm.create_completion(PROMPT, max_tokens=24, temperature=0.9, seed=seed)["choices"][0]["text"]
 
-    twins = [plookup.Llama(model_path["smollm2"], **LLAMA_KWARGS) for _ in range(2)]
+    # (sized by the built-in curve, as `smol`: the seed's rule holds for any sizing)
+    twins = [plookup.Llama(model_path["smollm2"], cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS) for _ in range(2)]
     calls = [[sample(llm), sample(llm)] for llm in twins]
     assert calls[0] == calls[1]
     first, repeated = calls[0]
     # Another seed, from the same fresh state, draws another text (24 tokens of it).
-    other = sample(plookup.Llama(model_path["smollm2"], **LLAMA_KWARGS), seed=8)
+    other = sample(plookup.Llama(model_path["smollm2"], cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS), seed=8)
     assert len(first) >= 24 and other != first
     if twins[0].exact:
         assert repeated == first

@@ -20,7 +20,6 @@ from conftest import CODER, LLAMA_KWARGS, NOT_MEASURED
 from plookup.app.llama_cli import use_chat_template
 from plookup.app.serve import app as serve_app
 from plookup.app.serve.app import create_app
-from plookup.draft.policy import CPU_COST_CURVE
 
 WEATHER = {
     "type": "function",
@@ -44,7 +43,7 @@ GREEDY = dict(model="qwen", temperature=0.0, max_tokens=64)
 
 @pytest.fixture(scope="module")
 def coder_llm(model_path):
-    return plookup.Llama(model_path[CODER], cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
+    return plookup.Llama(model_path[CODER], **NOT_MEASURED, **LLAMA_KWARGS)
 
 
 @pytest.fixture(scope="module")

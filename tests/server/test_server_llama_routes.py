@@ -25,7 +25,7 @@ from plookup.app.serve.limits import Limits
 from plookup.app.serve.llama_routes import indent_cut
 from plookup.draft.policy import CPU_COST_CURVE
 
-from conftest import CODER, LLAMA_KWARGS, N_CTX
+from conftest import CODER, LLAMA_KWARGS, N_CTX, NOT_MEASURED
 from support.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
 
 TIE = NEAR_TIE[CODER]
@@ -44,9 +44,10 @@ CHAT = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"  # answere
 
 @pytest.fixture(scope="module")
 def coder_models(model_path):
-    """(plain llama_cpp.Llama, plookup.Llama) on Qwen2.5-Coder-0.5B, for this module."""
+    """(plain llama_cpp.Llama, plookup.Llama) on Qwen2.5-Coder-0.5B, for this module: not probed
+    (as conftest.pair's), the Q8_0 requantization is (the last test)."""
     path = model_path[CODER]
-    return llama_cpp.Llama(path, **LLAMA_KWARGS), plookup.Llama(path, cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
+    return llama_cpp.Llama(path, **LLAMA_KWARGS), plookup.Llama(path, **NOT_MEASURED, **LLAMA_KWARGS)
 
 
 @pytest.fixture(scope="module")

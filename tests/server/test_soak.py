@@ -28,7 +28,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import MEASURED_QUICKLY, serving
+from conftest import serving
 
 MODEL = "soak"
 N_REQUESTS = 160
@@ -124,17 +124,11 @@ def assert_answered(plan: list, results: list) -> list[int]:
     return refused
 
 
-# With --parallel 4, drafts of up to 8 tokens a slot: on a clean machine /health waits for the
-# server's four-slot curve, measured in the background, whose 256 rows (64 a slot) took 90 s of the
-# test's 121 (its requests 28 s); at 16 a slot (68 rows) the run took 53 s against 27 with the
-# curve cached, and 8 (36 rows) still drafts.
 @pytest.mark.parametrize("parallel", [1, 4])
 @pytest.mark.budget(60)
 def test_mixed_requests(parallel):
     # The default queue (16) holds all 8 clients; test_serve_hardening.py fills a shorter one.
     options = ("--max-body-bytes", "65536", "--max-prediction-tokens", "256", "--parallel", str(parallel))
-    if parallel > 1:
-        options += MEASURED_QUICKLY
     with serving(MODEL, *options) as (url, process):
         port = int(url.rsplit(":", 1)[1])
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
