@@ -138,15 +138,16 @@ TOKEN_FOR_TOKEN = ["smollm2", "smollm2-q8_0"]
 
 
 def share_of_prompts(which: str) -> list:
-    """The prompts one quantization decodes in full: every other prompt of each kind (code-rename,
-    code-docstring, code-constant, code-whole, proofread, question), so that each meets every kind
-    and the two together decode all 24."""
+    """The prompts one quantization decodes in full: one of each kind (code-rename, code-docstring,
+    code-constant, code-whole, proofread, question), the first for SmolLM2 Q4_1 and the second for
+    its Q8_0, so that each meets every kind, 12 of the 24 in all. (All 24, every other prompt of a
+    kind each, took 196 s of the exact leg: 117 and 79 s.)"""
     seen: dict[str, int] = {}
     share = []
     for workload in PROMPTS:
         kind = workload.name.split(":")[0]
         seen[kind] = seen.get(kind, -1) + 1
-        if seen[kind] % len(TOKEN_FOR_TOKEN) == TOKEN_FOR_TOKEN.index(which):
+        if seen[kind] == TOKEN_FOR_TOKEN.index(which):
             share.append(workload)
     return share
 
@@ -168,7 +169,7 @@ def test_exact_build_gives_plains_text_token_for_token(model_path, smollm2_q8_0,
         tokens = list(itertools.islice(spec.generate(prompt, temp=0.0), len(reference)))
         assert tokens == reference, f"{which} {workload.name}: differs at {first_divergence(reference, tokens)}"
         accepted += spec.last_stats.accepted
-    assert len(PROMPTS) >= 24 and len(prompts) >= 11 and accepted > 0  # verify batches were exercised, not skipped
+    assert len(PROMPTS) >= 24 and len(prompts) == 6 and accepted > 0  # verify batches were exercised, not skipped
     kinds = {w.name.split(":")[0] for w in PROMPTS}
     assert {w.name.split(":")[0] for w in prompts} == kinds and len(kinds) == 6
 
