@@ -164,8 +164,8 @@ HARNESS_TESTS := benchmarks/editors/tests benchmarks/servers/tests benchmarks/ag
 # each on 2 cores). A small model decodes 1.6-1.8x faster on two threads than on one, not 2x, and
 # part of a test's time is Python's: the model leg took 709 s in two workers, against 1,115 in one
 # process the evening before (not side by side: docs/lab/notebook.md, "CI's legs"). The server
-# tests run in one process: their servers measure a cost curve at start, by timing decodes, which a
-# second worker slows (549 s with two workers, 478 alone). TEST_WORKERS=1: everything in one process.
+# tests run in one process: a second worker slowed them (549 s with two workers, 478 alone), and the
+# tests of a first start time decodes. TEST_WORKERS=1: everything in one process.
 TEST_WORKERS ?= 2
 PARALLEL := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
