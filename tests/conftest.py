@@ -19,8 +19,8 @@ import llama_cpp
 import pytest
 
 import plookup
-from plookup.app.bench.local_server import free_port
 from plookup.api.measured import NOTHING_MEASURED
+from plookup.app.bench.local_server import free_port
 from plookup.app.models import resolve_model
 from plookup.draft.policy import CPU_COST_CURVE
 
