@@ -7,6 +7,7 @@ blocking start would have written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import urllib.request
 import llama_cpp
 import pytest
 
+from plookup.api.background import DEADLINE_ENV
 from plookup.app.bench.local_server import free_port
 from conftest import MEASURED_QUICKLY
 from support.plain import NEAR_TIE, first_near_tie, greedy_with_gaps
@@ -74,41 +76,65 @@ def plain(model_path):
                            n_batch=2048, flash_attn=True, verbose=False)
 
 
-@pytest.mark.budget(90)
-def test_a_first_start_answers_at_once_plainly_then_drafts_once_measured(tmp_path, plain):
+@pytest.fixture(scope="module")
+def repeated(plain) -> tuple[list[int], str]:
+    """REPEATED's tokens, and plain greedy decoding's text of them up to its first near-tie: decoded
+    once, before a test's server starts, so that nothing of the tests' own shares the cores with a
+    background measurement (whose curve is measured again where its timings move)."""
     prompt = plain.tokenize(REPEATED.encode(), add_bos=True, special=True)
-    # plain decoding's text (up to its first near-tie), decoded before the server starts, so that
-    # nothing of the test's own shares the cores with the background measurement (whose curve is
-    # measured again where its timings move)
     reference, gaps = greedy_with_gaps(plain, prompt, 24, NEAR_TIE["smollm2"])
     tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
     assert tie >= 8, f"only {tie} tokens before the first near-tie"
+    return prompt, plain.detokenize(reference[:tie]).decode()
+
+
+@contextlib.contextmanager
+def first_start(cache, *options: str, deadline_s: str = ""):
+    """`plookup serve` on SmolLM2 with `cache` as its cache (nothing measured yet), and the
+    background measurement's deadline `deadline_s` (default: its own): yields (URL, process, Log)."""
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, PLOOKUP_CACHE_DIR=str(tmp_path))  # nothing measured yet
-    env.pop("PLOOKUP_CALIBRATION_DEADLINE_S", None)
+    env = dict(os.environ, PLOOKUP_CACHE_DIR=str(cache))
+    env.pop(DEADLINE_ENV, None)
+    if deadline_s:
+        env[DEADLINE_ENV] = deadline_s
     log = Log()
     server = subprocess.Popen([sys.executable, "-m", "plookup.app.cli", "serve", "-m", "smollm2", "--port", str(port),
-                               "-a", "smol", "-c", str(N_CTX), "-t", str(THREADS), *MEASURED_QUICKLY],
+                               "-a", "smol", "-c", str(N_CTX), "-t", str(THREADS), *options],
                               stdout=subprocess.DEVNULL, stderr=log.file, text=True, env=env)
     try:
-        log.wait_for(LOADED, 120, server)
-        loaded = time.monotonic()
-        while True:
-            try:
-                status, health = get(f"{url}/health")
-                break
-            except OSError:
-                assert time.monotonic() - loaded < READY_S, f"no /health within {READY_S} s of the load:\n{log.text()}"
-                time.sleep(0.05)
-        assert status == 200 and health == {"status": "ok", "calibration": "measuring"}, health
+        yield f"http://127.0.0.1:{port}", server, log
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def health_once_loaded(url: str, server: subprocess.Popen, log: Log) -> tuple[float, dict]:
+    """(when the weights were loaded, /health's first answer), which comes within READY_S of it."""
+    log.wait_for(LOADED, 120, server)
+    loaded = time.monotonic()
+    while True:
+        try:
+            status, health = get(f"{url}/health")
+            assert status == 200, health
+            return loaded, health
+        except OSError:
+            assert time.monotonic() - loaded < READY_S, f"no /health within {READY_S} s of the load:\n{log.text()}"
+            time.sleep(0.05)
+
+
+@pytest.mark.budget(90)
+def test_a_first_start_answers_at_once_plainly_then_drafts_once_measured(tmp_path, repeated):
+    prompt, plains = repeated
+    with first_start(tmp_path, *MEASURED_QUICKLY) as (url, server, log):
+        loaded, health = health_once_loaded(url, server, log)
+        assert health == {"status": "ok", "calibration": "measuring"}, health
         first = post(f"{url}/v1/completions", GREEDY | {"prompt": prompt})
         answered = time.monotonic() - loaded
         assert answered < READY_S, f"a first completion {answered:.1f} s after the load:\n{log.text()}"
         assert not TAKEN_OVER.search(log.text()), "measured before the first request: nothing was shown"
 
         # plain decoding's text, and not a draft in it
-        assert first["choices"][0]["text"].startswith(plain.detokenize(reference[:tie]).decode()), first
+        assert first["choices"][0]["text"].startswith(plains), first
         assert first["usage"]["speculative"]["drafted"] == 0, first["usage"]
 
         taken = log.wait_for(TAKEN_OVER, TAKE_OVER_S, server)
@@ -116,69 +142,35 @@ def test_a_first_start_answers_at_once_plainly_then_drafts_once_measured(tmp_pat
         assert get(f"{url}/health") == (200, {"status": "ok"})
         again = post(f"{url}/v1/completions", GREEDY | {"prompt": prompt})
         assert again["usage"]["speculative"]["drafted"] > 0, again["usage"]
-        assert again["choices"][0]["text"].startswith(plain.detokenize(reference[:tie]).decode()), again
+        assert again["choices"][0]["text"].startswith(plains), again
         # the files a blocking start writes, under the keys the server reads
         for folder in ("invariance", "cost-curves"):
             assert list((tmp_path / folder).glob("*.json")), f"nothing in {folder}: {log.text()}"
         assert "in the background: measuring the verify-cost curve" in log.text()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     assert not any(p for p in tmp_path.rglob("*.tmp")), "a measurement left half a file"
 
 
 @pytest.mark.budget(30)
-def test_a_measurement_past_its_deadline_gives_up_and_the_server_keeps_decoding_plainly(tmp_path, plain):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, PLOOKUP_CACHE_DIR=str(tmp_path), PLOOKUP_CALIBRATION_DEADLINE_S="1")
-    log = Log()
-    server = subprocess.Popen([sys.executable, "-m", "plookup.app.cli", "serve", "-m", "smollm2", "--port", str(port),
-                               "-a", "smol", "-c", str(N_CTX), "-t", str(THREADS)],
-                              stdout=subprocess.DEVNULL, stderr=log.file, text=True, env=env)
-    try:
+def test_a_measurement_past_its_deadline_gives_up_and_the_server_keeps_decoding_plainly(tmp_path, repeated):
+    with first_start(tmp_path, deadline_s="1") as (url, server, log):
         log.wait_for(re.compile(r"plookup: the background measurement gave up after 1 s of running "
                                 r"\(\$PLOOKUP_CALIBRATION_DEADLINE_S\): serving without drafts"), 60, server)
         assert get(f"{url}/health") == (200, {"status": "ok", "calibration": "not measured"})
-        prompt = plain.tokenize(REPEATED.encode(), add_bos=True, special=True)
-        answer = post(f"{url}/v1/completions", GREEDY | {"prompt": prompt, "max_tokens": 16})
+        answer = post(f"{url}/v1/completions", GREEDY | {"prompt": repeated[0], "max_tokens": 16})
         assert answer["usage"]["speculative"]["drafted"] == 0, answer["usage"]
         assert not list(tmp_path.rglob("*.json")), "a measurement that gave up wrote its figures"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.mark.budget(30)
-def test_calibration_none_drafts_at_once_by_the_built_in_curve_and_measures_nothing(tmp_path, plain):
+def test_calibration_none_drafts_at_once_by_the_built_in_curve_and_measures_nothing(tmp_path, repeated):
     """`--calibration none`, what the other server tests start with (conftest.serving): on a clean
     machine it drafts from the first request, sized by the built-in curve, and writes no figure."""
-    prompt = plain.tokenize(REPEATED.encode(), add_bos=True, special=True)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, PLOOKUP_CACHE_DIR=str(tmp_path))  # nothing measured yet
-    log = Log()
-    server = subprocess.Popen([sys.executable, "-m", "plookup.app.cli", "serve", "-m", "smollm2", "--port", str(port),
-                               "-a", "smol", "-c", str(N_CTX), "-t", str(THREADS), "--calibration", "none"],
-                              stdout=subprocess.DEVNULL, stderr=log.file, text=True, env=env)
-    try:
-        log.wait_for(LOADED, 120, server)
-        deadline = time.monotonic() + READY_S
-        while True:
-            try:
-                assert get(f"{url}/health") == (200, {"status": "ok"})
-                break
-            except OSError:
-                assert time.monotonic() < deadline, f"no /health within {READY_S} s of the load:\n{log.text()}"
-                time.sleep(0.05)
+    prompt, plains = repeated
+    with first_start(tmp_path, "--calibration", "none") as (url, server, log):
+        assert health_once_loaded(url, server, log)[1] == {"status": "ok"}
         answer = post(f"{url}/v1/completions", GREEDY | {"prompt": prompt})
         speculative = answer["usage"]["speculative"]
         assert speculative["drafted"] > 0 and speculative["exact"] is None, answer["usage"]
-        reference, gaps = greedy_with_gaps(plain, prompt, 24, NEAR_TIE["smollm2"])
-        tie = first_near_tie(gaps, NEAR_TIE["smollm2"])
-        assert answer["choices"][0]["text"].startswith(plain.detokenize(reference[:tie]).decode()), answer
+        assert answer["choices"][0]["text"].startswith(plains), answer
         assert not list(tmp_path.rglob("*.json")), f"figures written:\n{log.text()}"
         assert "measur" not in log.text().replace("not measured", ""), log.text()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
