@@ -75,11 +75,6 @@ class ModelPaths(dict):
         return self[name]
 
 
-# For the tests whose subject is neither figure: drafts sized by the built-in CPU curve and no
-# exactness probe, so that a clean machine measures nothing at their load (a setting's first probe
-# and curve took 14-39 s of a test worker)
-NOT_MEASURED = NOTHING_MEASURED
-
 _pairs: dict[str, tuple] = {}
 
 
@@ -95,7 +90,7 @@ def pair(name: str, paths: ModelPaths) -> tuple:
         # model's verdict is no test's subject (in the default build it changes nothing they check)
         # and its probe took 34 s of a worker on a clean machine; its Q8_0's is probed by
         # tests/server/test_server_llama_routes.py, the bundled models' here.
-        figures = dict(cost_curve=CPU_COST_CURVE) if name in BUNDLED else NOT_MEASURED
+        figures = dict(cost_curve=CPU_COST_CURVE) if name in BUNDLED else NOTHING_MEASURED
         _pairs[name] = (name, llama_cpp.Llama(path, **kwargs), plookup.Llama(path, **figures, **kwargs))
     return _pairs[name]
 
@@ -142,7 +137,7 @@ MEASURED_QUICKLY = ("--draft-max", "8")
 @contextlib.contextmanager
 def serving(alias: str, *options: str):
     """`plookup serve` on SmolLM2 in a subprocess on 127.0.0.1: yields (base URL, process). It
-    measures nothing (`--calibration none`, as NOT_MEASURED) unless `options` name a --calibration:
+    measures nothing (`--calibration none`: plookup.api.measured.NOTHING_MEASURED) unless `options` name a --calibration:
     on a clean machine each setting's first start measured for 20-25 s in the background, which
     these tests waited for (their subject is the server, not the figures)."""
     port = free_port()

@@ -8,9 +8,10 @@ import llama_cpp
 import pytest
 
 import plookup
+from plookup.api.measured import NOTHING_MEASURED
 from plookup.draft.policy import CPU_COST_CURVE
 
-from conftest import LLAMA_KWARGS, NOT_MEASURED, kv_positions
+from conftest import LLAMA_KWARGS, kv_positions
 from support.plain import chat_prompt_tokens
 
 # Plain greedy decoding of this prompt has no near-tie (top-2 logit gap < 0.3) in its first 31
@@ -87,7 +88,7 @@ def test_max_draft_zero_is_plain_decoding(model_path, plain):
 
 def test_generation_reaching_n_ctx_ends_with_length(model_path):
     # on a clean machine this setting's own probe and curve took 39 s
-    kwargs = dict(LLAMA_KWARGS, n_ctx=64, **NOT_MEASURED)
+    kwargs = dict(LLAMA_KWARGS, n_ctx=64, **NOTHING_MEASURED)
     llm = plookup.Llama(model_path["smollm2"], **kwargs)
     out = llm.create_completion("one two three one two three one two three", max_tokens=0, temperature=0.0)
     assert out["choices"][0]["finish_reason"] == "length"

@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 import plookup
+from plookup.api.measured import NOTHING_MEASURED
 from plookup.draft.drafters import SuffixDrafter
 from plookup.index.memory import GlobalMemory
 from plookup.measure.costs import DEFAULT_MAX_N, measure_cost_curve
 
-from conftest import LLAMA_KWARGS, NOT_MEASURED, kv_positions
+from conftest import LLAMA_KWARGS, kv_positions
 
 # A multiple of 256, so llama.cpp keeps it as asked and llama_cpp.Llama's own handling of
 # max_tokens <= 0 (which sizes by llama.cpp's n_ctx) is a valid reference.
@@ -34,7 +35,7 @@ KWARGS = dict(LLAMA_KWARGS, n_ctx=N_CTX)
 # measured on a loaded machine can make every draft look too dear, and then they check nothing.
 # No exactness probe either: nothing here reads the verdict, and on a clean machine this setting's
 # probe (n_ctx 256) took 23 s of a test worker.
-DRAFTING = dict(KWARGS, **NOT_MEASURED)
+DRAFTING = dict(KWARGS, **NOTHING_MEASURED)
 # Plain greedy decoding on SmolLM2 has no near-tie (top-2 logit gap < 0.3, see conftest.NEAR_TIE)
 # in: COPY_PROMPT's first 218 tokens (the whole context; smallest gap 0.71), the 136 tokens after
 # REPEATS[:120] and the 1-3 tokens after REPEATS[:253..255] (>= 1.67), 40 tokens after each

@@ -23,11 +23,12 @@ import tempfile
 import time
 
 import pytest
-from conftest import LLAMA_KWARGS, NOT_MEASURED, pair
+from conftest import LLAMA_KWARGS, pair
 from support.plain import NEAR_TIE, WORKLOADS, chat_prompt_tokens, first_divergence, first_near_tie, greedy_with_gaps
 
 import plookup
 from plookup.api import rpc, rpc_check
+from plookup.api.measured import NOTHING_MEASURED
 from plookup.app.bench.local_server import free_port
 
 pytestmark = pytest.mark.skipif(
@@ -40,7 +41,7 @@ STARTUP_S = 60
 MAX_TOKENS = 64
 # Over RPC every load sends the weights to the server; the curve and the probe would decode over it
 # too: the built-in curve keeps the test short (drafting is what it checks, not its sizing).
-RPC_KWARGS = dict(LLAMA_KWARGS, **NOT_MEASURED)
+RPC_KWARGS = dict(LLAMA_KWARGS, **NOTHING_MEASURED)
 # `plookup serve` for the tests of a lost server, which need no drafts: without them it measures
 # nothing over the server before it answers (30-70 s a start, each on a new port).
 UNDRAFTED = ("--no-memory", "--draft-max", "0")

@@ -16,7 +16,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import plookup
-from conftest import CODER, LLAMA_KWARGS, NOT_MEASURED
+from conftest import CODER, LLAMA_KWARGS
+from plookup.api.measured import NOTHING_MEASURED
 from plookup.app.llama_cli import use_chat_template
 from plookup.app.serve import app as serve_app
 from plookup.app.serve.app import create_app
@@ -43,7 +44,7 @@ GREEDY = dict(model="qwen", temperature=0.0, max_tokens=64)
 
 @pytest.fixture(scope="module")
 def coder_llm(model_path):
-    return plookup.Llama(model_path[CODER], **NOT_MEASURED, **LLAMA_KWARGS)
+    return plookup.Llama(model_path[CODER], **NOTHING_MEASURED, **LLAMA_KWARGS)
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +224,7 @@ def test_a_prompt_that_fits_is_answered_up_to_the_context(model_path):
     # (its batch, capped by n_ctx, is a setting of its own: no exactness probe, which the length
     # of an answer does not depend on; SmolLM2, whose ~220 tokens to the end of the context take a
     # fifth of the code model's 12 s)
-    small = plookup.Llama(model_path["smollm2"], **NOT_MEASURED, **dict(LLAMA_KWARGS, n_ctx=256))
+    small = plookup.Llama(model_path["smollm2"], **NOTHING_MEASURED, **dict(LLAMA_KWARGS, n_ctx=256))
     with TestClient(create_app(small, "smol")) as client:
         body = {"messages": [{"role": "user", "content": "Count from 1 to 5000, one number a line."}],
                 "max_tokens": 100_000, "temperature": 0.0, "ignore_eos": True}

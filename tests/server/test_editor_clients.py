@@ -40,10 +40,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 import plookup
+from plookup.api.measured import NOTHING_MEASURED
 from plookup.app.serve.app import create_app
 from plookup.app.serve.limits import Limits
 
-from conftest import CODER, LLAMA_KWARGS, N_CTX, NOT_MEASURED
+from conftest import CODER, LLAMA_KWARGS, N_CTX
 
 SERVED = "qwen"  # the id the app serves its one model as (`plookup serve --model-alias`)
 CAP = 48  # the length cap where an editor's default is long and its setting configurable
@@ -86,7 +87,7 @@ SUFFIX = "\n" + "\n".join(GEOMETRY[CURSOR_LINE:]) + "\n"
 
 @pytest.fixture(scope="module")
 def coder(model_path):
-    llm = plookup.Llama(model_path[CODER], **NOT_MEASURED, **LLAMA_KWARGS)  # not probed, as conftest.pair's
+    llm = plookup.Llama(model_path[CODER], **NOTHING_MEASURED, **LLAMA_KWARGS)  # not probed, as conftest.pair's
     with TestClient(create_app(llm, SERVED, Limits(n_predict=SERVER_N_PREDICT))) as client:
         yield client
 

@@ -20,12 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import plookup
 from plookup.api.fim import fim_tokens, infill_prompt
+from plookup.api.measured import NOTHING_MEASURED
 from plookup.app.serve.app import create_app
 from plookup.app.serve.limits import Limits
 from plookup.app.serve.llama_routes import indent_cut
 from plookup.draft.policy import CPU_COST_CURVE
 
-from conftest import CODER, LLAMA_KWARGS, N_CTX, NOT_MEASURED
+from conftest import CODER, LLAMA_KWARGS, N_CTX
 from support.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
 
 TIE = NEAR_TIE[CODER]
@@ -47,7 +48,7 @@ def coder_models(model_path):
     """(plain llama_cpp.Llama, plookup.Llama) on Qwen2.5-Coder-0.5B, for this module: not probed
     (as conftest.pair's), the Q8_0 requantization is (the last test)."""
     path = model_path[CODER]
-    return llama_cpp.Llama(path, **LLAMA_KWARGS), plookup.Llama(path, **NOT_MEASURED, **LLAMA_KWARGS)
+    return llama_cpp.Llama(path, **LLAMA_KWARGS), plookup.Llama(path, **NOTHING_MEASURED, **LLAMA_KWARGS)
 
 
 @pytest.fixture(scope="module")
