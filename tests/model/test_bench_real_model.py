@@ -32,6 +32,7 @@ def candidates_by_position(drafter, prompt, output) -> dict[int, list[int]]:
     return found
 
 
+@pytest.mark.budget(45)  # four systems' worker processes, each loading the model: 30-36 s
 def test_tiny_real_run_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
     workloads = tmp_path / "w.jsonl"
     lines = [

@@ -25,6 +25,7 @@ from plookup.app.serve.app import create_app
 from plookup.app.serve.limits import Limits
 from plookup.app.serve.llama_routes import indent_cut
 from plookup.draft.policy import CPU_COST_CURVE
+from plookup.measure.settings import llamafile_in_build
 
 from conftest import CODER, LLAMA_KWARGS, N_CTX
 from support.plain import NEAR_TIE, first_divergence, first_near_tie, greedy_with_gaps
@@ -495,19 +496,21 @@ def test_generation_settings_report_the_drafts_as_served(coder, coder_llm):
 
 
 @pytest.mark.exact_build
+@pytest.mark.skipif(llamafile_in_build(), reason="plain's tokens in full only where the build is exact (make EXACT=1)")
 @pytest.mark.budget(90)
 def test_new_routes_give_plains_tokens_in_full_where_the_build_is_exact(model_path):
     """On Qwen2.5-Coder's Q8_0 requantization (one quantization type: exact in the exact build), a
     FIM request's n_cmpl completions (the later ones find the prompt cached) and a streamed
-    /completion are plain greedy decoding's tokens, every one where the probe says exact; else up
-    to the first near-tie (as the tests above)."""
+    /completion are plain greedy decoding's tokens, every one. (In the default build the tests
+    above compare the routes' tokens up to the first near-tie, and tests/model/test_exact.py checks
+    the probe's verdict in each build: this test's probe of the Q8_0 model there took 22 s of the
+    server leg.)"""
     from plookup.app.models import resolve_model
-    from plookup.measure.settings import llamafile_in_build
 
     path = resolve_model(f"{CODER}:q8_0")
     plain = llama_cpp.Llama(path, **LLAMA_KWARGS)
     spec = plookup.Llama(path, cost_curve=CPU_COST_CURVE, **LLAMA_KWARGS)
-    assert spec.exact == (not llamafile_in_build())
+    assert spec.exact
     # a prefix whose lines repeat: the answer goes on with them, drafted from the prompt
     body = {"input_extra": EXTRA, "input_prefix": COPIED, "prompt": "", "input_suffix": SUFFIX,
             "n_predict": 32, "temperature": 0, "return_tokens": True}
@@ -517,16 +520,12 @@ def test_new_routes_give_plains_tokens_in_full_where_the_build_is_exact(model_pa
         with client.stream("POST", "/completion", json={"prompt": prompt, "n_predict": 32, "temperature": 0,
                                                          "stream": True}) as response:
             streamed = [t for e in sse(response) for t in e["tokens"]]
-    reference, gaps = greedy_with_gaps(plain, prompt, 32)
+    reference, _ = greedy_with_gaps(plain, prompt, 32)
     eog = [t for t in reference if llama_cpp.llama_vocab_is_eog(spec._model.vocab, t)]
     reference = reference[: len(reference) - len(eog)]  # the answers' tokens leave the end-of-generation token out
     drafted = sum(answer["timings"]["draft_n"] for answer in answers)
     for tokens in [answer["tokens"] for answer in answers] + [streamed]:
-        if spec.exact:
-            assert tokens == reference, f"differs at {first_divergence(reference, tokens)}"
-        else:
-            tie = min(first_near_tie(gaps, TIE), len(tokens))
-            assert tokens[:tie] == reference[:tie]
+        assert tokens == reference, f"differs at {first_divergence(reference, tokens)}"
     assert drafted > 0  # verify batches were exercised
 
 

@@ -125,7 +125,7 @@ def assert_answered(plan: list, results: list) -> list[int]:
 
 
 @pytest.mark.parametrize("parallel", [1, 4])
-@pytest.mark.budget(60)
+@pytest.mark.budget(90)  # 30-40 s alone (CI's server leg); 60 s on one thread beside a model test (make test)
 def test_mixed_requests(parallel):
     # The default queue (16) holds all 8 clients; test_serve_hardening.py fills a shorter one.
     options = ("--max-body-bytes", "65536", "--max-prediction-tokens", "256", "--parallel", str(parallel))
