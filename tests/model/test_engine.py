@@ -180,7 +180,7 @@ def test_batches_from_python_and_a_hang_up(parallel_smol, references):
     assert llm._engine.active() == 0
 
 
-@pytest.mark.budget(45)
+@pytest.mark.budget(60)  # 41-52 s with plain's 400 draws, which it makes where it runs before test_sampling.py
 def test_sampling_keeps_each_requests_distribution_with_four_at_once(parallel_smol, model_pair_smol):
     """The chi-squared test of test_sampling.py, with four requests in every step: each request's
     first tokens, sampled at temperature 1 from its own seed, against plain decoding's (its 400
