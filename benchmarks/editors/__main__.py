@@ -10,6 +10,7 @@ and llama_vim_session.py). Run from a checkout, with plookup installed:
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -114,7 +115,8 @@ def cmd_editor(args: argparse.Namespace) -> int:
 def cmd_editor_report(args: argparse.Namespace) -> int:
     records = []
     for path in args.editor_report:
-        with open(path, encoding="utf-8") as f:
+        # docs/ keeps the recorded runs gzipped
+        with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
             records.append(json.load(f))
     record = merge(records)
     print_tables(record)

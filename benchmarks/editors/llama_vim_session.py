@@ -1128,6 +1128,11 @@ def run_sessions(systems: Sequence[str], start: Callable[[str], object], note, p
 # -- figures
 
 
+# A position's suggestion shown by a server's answer (to the request its key sent, or to a
+# speculative one before it), not from the plugin's cache of earlier answers
+SHOWN_BY_ANSWER = ("first", "speculative")
+
+
 def run_figures(run: dict) -> dict:
     """A run's figures: the time to a shown suggestion (from the key that moved the cursor to the
     suggestion shown there, where a server's answer showed it), median and p90; positions shown
@@ -1138,7 +1143,7 @@ def run_figures(run: dict) -> dict:
     none showed (the user typed on), median and p90 (None for a run recorded before positions said
     where the user waits)."""
     positions, requests = run["positions"], run["requests"]
-    shown = [(p["shown_ms"] - p["key_ms"]) / 1000 for p in positions if p["by"] in ("first", "speculative")]
+    shown = [(p["shown_ms"] - p["key_ms"]) / 1000 for p in positions if p["by"] in SHOWN_BY_ANSWER]
     waits = [p for p in positions if p.get("waits")]
     waited = [PATIENCE_MS / 1000 if p["by"] is None else (p["shown_ms"] - p["key_ms"]) / 1000 for p in waits]
     first = [r for r in requests if r["kind"] == "first"]
@@ -1189,6 +1194,44 @@ def session_summary(runs: Sequence[dict]) -> dict:
     return summary
 
 
+def answered_at(run: dict) -> dict:
+    """Position -> time to the suggestion an answer showed there, s. A position is its file, line,
+    column and how often the user had been there before (a line typed again after an undo)."""
+    times, visits = {}, {}
+    for p in run["positions"]:
+        where = (p["file"], p["line"], p["col"])
+        visits[where] = visits.get(where, 0) + 1
+        if p["by"] in SHOWN_BY_ANSWER:
+            times[(*where, visits[where])] = (p["shown_ms"] - p["key_ms"]) / 1000
+    return times
+
+
+def same_positions(runs: Sequence[dict]) -> list[dict]:
+    """Per sampling, the first system run beside each other one, where both showed a suggestion
+    from an answer: runs of the same repeat paired in order (the same user, typing the same keys
+    but where one accepted a suggestion), the positions pooled. Like for like, where each system's
+    own shown suggestions are not (one may show suggestions where the other shows none)."""
+    grouped: dict = {}  # sampling -> system -> (repeat, its n-th run) -> answered_at
+    for run in runs:
+        system = grouped.setdefault(run["sampling"], {}).setdefault(run["system"], {})
+        nth = sum(1 for repeat, _ in system if repeat == run["repeat"])
+        system[(run["repeat"], nth)] = answered_at(run)
+    rows = []
+    for sampling, systems in grouped.items():
+        (first, first_runs), *others = systems.items()
+        for other, other_runs in others:
+            paired = first_runs.keys() & other_runs.keys()
+            pairs = [(first_runs[r][k], other_runs[r][k]) for r in paired
+                     for k in first_runs[r].keys() & other_runs[r].keys()]
+            rows.append({
+                "sampling": sampling, "systems": (first, other), "runs": len(paired), "positions": len(pairs),
+                "medians": tuple(percentile([p[i] for p in pairs], 0.5) for i in (0, 1)),
+                "p90s": tuple(percentile([p[i] for p in pairs], 0.9) for i in (0, 1)),
+                "sooner": sum(1 for a, b in pairs if a < b), "later": sum(1 for a, b in pairs if a > b),
+            })
+    return rows
+
+
 def _f(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -1216,6 +1259,12 @@ def print_session(part: dict) -> None:
     print(f"\n== typing session, llama.vim live ({settings.get('tasks')} functions, seed {settings.get('seed')}; "
           "time to a shown suggestion: from the key to the suggestion an answer showed there) ==")
     print(session_table(session_summary(runs)))
+    for row in same_positions(runs):
+        first, other = row["systems"]
+        print(f"{row['sampling']}, the same positions shown by an answer on both ({row['runs']} pairs of runs of one "
+              f"repeat, pooled): {row['positions']}; median / p90 {first} {_f(row['medians'][0], '.2f')} / "
+              f"{_f(row['p90s'][0], '.2f')} s, {other} {_f(row['medians'][1], '.2f')} / {_f(row['p90s'][1], '.2f')} s; "
+              f"{first} sooner at {row['sooner']}, later at {row['later']}")
 
 
 def plot_session(path: str, part: dict) -> None:
@@ -1228,7 +1277,7 @@ def plot_session(path: str, part: dict) -> None:
     groups: dict = {}
     for run in part["runs"]:
         groups.setdefault(f"{run['system']}\n{run['sampling']}", []).extend(
-            (p["shown_ms"] - p["key_ms"]) / 1000 for p in run["positions"] if p["by"] in ("first", "speculative"))
+            (p["shown_ms"] - p["key_ms"]) / 1000 for p in run["positions"] if p["by"] in SHOWN_BY_ANSWER)
     fig, ax = plt.subplots(figsize=(8, 5))
     jitter = random.Random(0)
     names = list(groups)

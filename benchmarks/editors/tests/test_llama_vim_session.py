@@ -25,6 +25,7 @@ from benchmarks.editors.llama_vim_session import (
     run_figures,
     run_live,
     run_sessions,
+    same_positions,
     session_summary,
     session_table,
 )
@@ -553,6 +554,47 @@ def test_the_figures_on_a_hand_made_run():
     assert row["median_of_runs"] == pytest.approx(1.45) and row["median_spread"] == (0.9, 2.0)
     assert (row["within"], row["waited"]) == ([2, 2, 2, 2, 2], 4)  # the two runs' line starts pooled
     assert "2/2/2/2/2 of 4" in session_table(summary)
+
+
+def test_the_same_positions_are_compared_where_both_showed_an_answer():
+    def at(col, shown_after_ms=None, by="first", line=1):
+        key = 1000 * col
+        return {"file": "a.py", "line": line, "col": col, "key_ms": key, "by": by if shown_after_ms is not None else None,
+                "shown_ms": None if shown_after_ms is None else key + shown_after_ms}
+
+    def run(system, repeat, positions):
+        return {"system": system, "sampling": "sampled", "repeat": repeat, "positions": positions}
+
+    runs = [
+        run("p", 0, [at(0, 1000), at(1, 2000), at(2, 500), at(3, 0, by="cache"), at(0, 3000)]),
+        run("l", 0, [at(0, 1500), at(1, 1000), at(2), at(3, 0, by="cache"), at(0, 4000), at(5, 100)]),
+        run("l", 1, [at(0, 9000)]),  # another repeat, another user: paired with none of p's runs
+    ]
+    (row,) = same_positions(runs)
+    # shown by an answer on both: col 0 (the first visit and the second, apart), col 1; not col 2
+    # (p only), col 3 (the cache's on both), col 5 (l only)
+    assert row["systems"] == ("p", "l") and row["runs"] == 1 and row["positions"] == 3
+    assert row["medians"] == (pytest.approx(2.0), pytest.approx(1.5))  # p 1, 2, 3 s; l 1.5, 1, 4 s
+    assert row["p90s"] == (pytest.approx(2.8), pytest.approx(3.5))
+    assert (row["sooner"], row["later"]) == (2, 1)
+    # col 0's second visit is a position of its own: where l never came back, two are compared
+    assert same_positions([runs[0], dict(runs[1], positions=runs[1]["positions"][:4])])[0]["positions"] == 2
+
+
+def test_the_report_of_the_recorded_runs_gives_the_published_same_positions(capsys):
+    """BENCHMARKS.md's typing session (six alternating runs after the cache change): the figures
+    it quotes for the same positions are what the report computes from the recorded JSON."""
+    from pathlib import Path
+
+    from benchmarks.editors.__main__ import main
+
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    runs = [str(docs / f"editor-session-live-kept-cells{part}-ngram-simple-32-qwen-0.5b-q8_0.json.gz")
+            for part in ("", "-three-more")]
+    assert main(["--editor-report", *runs]) == 0
+    assert ("sampled, the same positions shown by an answer on both (6 pairs of runs of one repeat, pooled): 25; "
+            "median / p90 plookup 3.80 / 4.66 s, llama-server ngram-simple 32 3.85 / 4.78 s; "
+            "plookup sooner at 12, later at 13") in capsys.readouterr().out
 
 
 def test_session_runs_merge_where_the_settings_are_the_same():
