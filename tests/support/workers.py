@@ -28,7 +28,7 @@ def scope_of(nodeid: str) -> str:
     """The unit a worker is handed: the test's file, the name of the files it runs with, or the
     server tests (all of them on one worker, one server at a time)."""
     path = PurePosixPath(nodeid.split("::", 1)[0])
-    if path.parts[:2] == ("tests", "server"):
+    if path.is_relative_to(SERVER_TESTS):
         return SERVER_TESTS
     return TOGETHER.get(path.name, str(path))
 

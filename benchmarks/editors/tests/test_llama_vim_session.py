@@ -582,19 +582,19 @@ def test_the_same_positions_are_compared_where_both_showed_an_answer():
 
 
 def test_the_report_of_the_recorded_runs_gives_the_published_same_positions(capsys):
-    """BENCHMARKS.md's typing session (six alternating runs after the cache change): the figures
-    it quotes for the same positions are what the report computes from the recorded JSON."""
+    """BENCHMARKS.md's typing session (nine alternating runs after the cache change): the figures
+    it and the README quote for the same positions are what the report computes from the JSON."""
     from pathlib import Path
 
     from benchmarks.editors.__main__ import main
 
     docs = Path(__file__).resolve().parents[3] / "docs"
     runs = [str(docs / f"editor-session-live-kept-cells{part}-ngram-simple-32-qwen-0.5b-q8_0.json.gz")
-            for part in ("", "-three-more")]
+            for part in ("", "-three-more", "-last-three")]
     assert main(["--editor-report", *runs]) == 0
-    assert ("sampled, the same positions shown by an answer on both (6 pairs of runs of one repeat, pooled): 25; "
-            "median / p90 plookup 3.80 / 4.66 s, llama-server ngram-simple 32 3.85 / 4.78 s; "
-            "plookup sooner at 12, later at 13") in capsys.readouterr().out
+    assert ("sampled, the same positions shown by an answer on both (9 pairs of runs of one repeat, pooled): 34; "
+            "median / p90 plookup 3.61 / 4.65 s, llama-server ngram-simple 32 3.94 / 4.79 s; "
+            "plookup sooner at 18, later at 16") in capsys.readouterr().out
 
 
 def test_session_runs_merge_where_the_settings_are_the_same():
