@@ -167,7 +167,7 @@ HARNESS_TESTS := benchmarks/editors/tests benchmarks/servers/tests benchmarks/ag
 # `make test` runs the server tests in the same session, all on one worker (their servers one at a
 # time, on one thread) while the other worker takes the unit and model tests: run after those, alone
 # on two threads, they kept the cores 79 % busy (a server's start, its requests' Python), and the
-# whole took 950-1,016 s from an empty cache against 864 s (811-828 s with that session's trims:
+# whole took 950-1,016 s from an empty cache against 864 s (811-850 s with that session's trims:
 # docs/lab/notebook.md, "make test in one session"). Split over both workers they had taken longer
 # (549 s against 478 alone). CI's test-server runs them alone.
 # TEST_WORKERS=1: everything in one process.
