@@ -1133,6 +1133,11 @@ def run_sessions(systems: Sequence[str], start: Callable[[str], object], note, p
 SHOWN_BY_ANSWER = ("first", "speculative")
 
 
+def shown_after_s(position: dict) -> float:
+    """From the key that moved the cursor to the position to the suggestion shown there, s."""
+    return (position["shown_ms"] - position["key_ms"]) / 1000
+
+
 def run_figures(run: dict) -> dict:
     """A run's figures: the time to a shown suggestion (from the key that moved the cursor to the
     suggestion shown there, where a server's answer showed it), median and p90; positions shown
@@ -1143,9 +1148,9 @@ def run_figures(run: dict) -> dict:
     none showed (the user typed on), median and p90 (None for a run recorded before positions said
     where the user waits)."""
     positions, requests = run["positions"], run["requests"]
-    shown = [(p["shown_ms"] - p["key_ms"]) / 1000 for p in positions if p["by"] in SHOWN_BY_ANSWER]
+    shown = [shown_after_s(p) for p in positions if p["by"] in SHOWN_BY_ANSWER]
     waits = [p for p in positions if p.get("waits")]
-    waited = [PATIENCE_MS / 1000 if p["by"] is None else (p["shown_ms"] - p["key_ms"]) / 1000 for p in waits]
+    waited = [PATIENCE_MS / 1000 if p["by"] is None else shown_after_s(p) for p in waits]
     first = [r for r in requests if r["kind"] == "first"]
     fim = [r for r in requests if r["kind"] != "warm-up"]
     warm = [r for r in requests if r["kind"] == "warm-up"]
@@ -1202,7 +1207,7 @@ def answered_at(run: dict) -> dict:
         where = (p["file"], p["line"], p["col"])
         visits[where] = visits.get(where, 0) + 1
         if p["by"] in SHOWN_BY_ANSWER:
-            times[(*where, visits[where])] = (p["shown_ms"] - p["key_ms"]) / 1000
+            times[(*where, visits[where])] = shown_after_s(p)
     return times
 
 
@@ -1277,7 +1282,7 @@ def plot_session(path: str, part: dict) -> None:
     groups: dict = {}
     for run in part["runs"]:
         groups.setdefault(f"{run['system']}\n{run['sampling']}", []).extend(
-            (p["shown_ms"] - p["key_ms"]) / 1000 for p in run["positions"] if p["by"] in SHOWN_BY_ANSWER)
+            shown_after_s(p) for p in run["positions"] if p["by"] in SHOWN_BY_ANSWER)
     fig, ax = plt.subplots(figsize=(8, 5))
     jitter = random.Random(0)
     names = list(groups)
